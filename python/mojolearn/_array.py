@@ -1,0 +1,187 @@
+"""mojolearn.Array: the result type of every kernel.
+
+WHAT IT IS
+    A C-contiguous block of memory with a dtype string and a shape. The memory is
+    a ctypes array, so ``memoryview(arr)`` and ``numpy.asarray(arr)`` read it in
+    place (no copy) through the buffer protocol, and the extension writes into it
+    by address. NumPy is never required.
+
+WHY CTYPES
+    Python 3.11 has no way to give a pure-Python class the buffer protocol; a
+    ctypes array type has it, with the right format and shape. Each (dtype, shape)
+    gets a small subclass, cached.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+__all__ = ["Array", "DTYPES", "empty", "itemsize"]
+
+# dtype string -> (ctypes scalar, itemsize, memoryview cast code)
+DTYPES = {
+    "float32": (ctypes.c_float, 4, "f"),
+    "float64": (ctypes.c_double, 8, "d"),
+    "int8": (ctypes.c_int8, 1, "b"),
+    "uint8": (ctypes.c_uint8, 1, "B"),
+    "int16": (ctypes.c_int16, 2, "h"),
+    "uint16": (ctypes.c_uint16, 2, "H"),
+    "int32": (ctypes.c_int32, 4, "i"),
+    "int64": (ctypes.c_int64, 8, "q"),
+}
+
+_RESULT_DTYPES = ("float32", "int8", "int32", "int64", "uint16")
+
+_MAX_BYTES = (1 << 62)
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPES[dtype][1]
+
+
+class Array:
+    """A C-contiguous n-d array owned by mojolearn (see module docstring)."""
+
+    __slots__ = ()
+    _ml_dtype = "float32"
+    _ml_shape = ()
+
+    @property
+    def dtype(self) -> str:
+        return self._ml_dtype
+
+    @property
+    def shape(self) -> tuple:
+        return self._ml_shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._ml_shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self._ml_shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * itemsize(self._ml_dtype)
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self)
+
+    def _flat(self) -> memoryview:
+        return memoryview(self).cast("B").cast(DTYPES[self._ml_dtype][2])
+
+    def tolist(self):
+        if self.size == 0:
+            return _empty_nested(self._ml_shape)
+        mv = memoryview(self).cast("B")
+        code = DTYPES[self._ml_dtype][2]
+        if not self._ml_shape:
+            return mv.cast(code)[0]
+        return mv.cast(code, self._ml_shape).tolist()
+
+    def copy(self) -> "Array":
+        out = empty(self._ml_dtype, self._ml_shape)
+        ctypes.memmove(ctypes.addressof(out), ctypes.addressof(self), self.nbytes)
+        return out
+
+    def reshape(self, *shape) -> "Array":
+        """A copy with a new shape (same number of elements)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        n = 1
+        for d in shape:
+            n *= int(d)
+        if n != self.size:
+            raise ValueError(
+                f"mojolearn: Array.reshape: cannot reshape {self.size} elements to {shape}"
+            )
+        out = empty(self._ml_dtype, tuple(int(d) for d in shape))
+        ctypes.memmove(ctypes.addressof(out), ctypes.addressof(self), self.nbytes)
+        return out
+
+    def tobytes(self) -> bytes:
+        return ctypes.string_at(ctypes.addressof(self), self.nbytes)
+
+    def __len__(self) -> int:
+        if not self._ml_shape:
+            raise TypeError("mojolearn: len() of a 0-d Array")
+        return self._ml_shape[0]
+
+    def __repr__(self) -> str:
+        return f"mojolearn.Array(shape={self._ml_shape}, dtype={self._ml_dtype})"
+
+    def __eq__(self, other):  # identity of bits, not numpy semantics
+        return NotImplemented
+
+    __hash__ = None
+
+    @property
+    def __array_interface__(self):
+        return {
+            "version": 3,
+            "shape": self._ml_shape,
+            "typestr": _TYPESTR[self._ml_dtype],
+            "data": (ctypes.addressof(self), False),
+            "strides": None,
+        }
+
+
+_TYPESTR = {
+    "float32": "<f4", "float64": "<f8", "int8": "|i1", "uint8": "|u1",
+    "int16": "<i2", "uint16": "<u2", "int32": "<i4", "int64": "<i8",
+}
+
+
+def _empty_nested(shape):
+    if not shape:
+        return []
+    if shape[0] == 0:
+        return []
+    return [_empty_nested(shape[1:]) for _ in range(shape[0])]
+
+
+_CLASS_CACHE: dict = {}
+
+
+def _array_class(dtype: str, shape: tuple):
+    key = (dtype, shape)
+    cls = _CLASS_CACHE.get(key)
+    if cls is None:
+        t = DTYPES[dtype][0]
+        for d in reversed(shape):
+            t = t * d
+        cls = type("Array", (Array, t), {"_ml_dtype": dtype, "_ml_shape": shape})
+        if len(_CLASS_CACHE) > 512:
+            _CLASS_CACHE.clear()
+        _CLASS_CACHE[key] = cls
+    return cls
+
+
+def empty(dtype: str, shape, *, func: str = "Array") -> Array:
+    """A new zero-filled Array. An impossible size is a MemoryError."""
+    if dtype not in DTYPES:
+        raise TypeError(f"mojolearn: {func}: unsupported dtype {dtype!r}")
+    shape = tuple(int(d) for d in shape)
+    n = itemsize(dtype)
+    for d in shape:
+        if d < 0:
+            raise ValueError(f"mojolearn: {func}: negative dimension in shape {shape}")
+        n *= d
+    if n > _MAX_BYTES:
+        raise MemoryError(
+            f"mojolearn: {func}: cannot allocate a {dtype} result of shape {shape} "
+            f"({n} bytes)"
+        )
+    try:
+        return _array_class(dtype, shape)()
+    except (MemoryError, OverflowError) as e:
+        raise MemoryError(
+            f"mojolearn: {func}: cannot allocate a {dtype} result of shape {shape} "
+            f"({n / 2**30:.1f} GiB): {type(e).__name__}"
+        ) from None
