@@ -1,0 +1,45 @@
+# mojolearn: `make test` and `make bench` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.deps-stamp
+BENCH_STAMP := $(VENV)/.bench-stamp
+PYTEST_ARGS ?=
+
+.PHONY: all build test test-fast bench conformance wheel clean
+
+all: build
+
+$(STAMP): requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $(STAMP)
+
+$(BENCH_STAMP): requirements-bench.txt $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt || \
+	  echo "make bench: torch could not be installed; its columns will be skipped"
+	touch $(BENCH_STAMP)
+
+build: $(STAMP)
+	$(PY) build_native.py
+
+test: build
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-fast: build
+	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+bench: build $(BENCH_STAMP)
+	PYTHONPATH=python $(PY) bench/run.py
+
+conformance: build
+	$(PY) build_native.py --target-cpu x86-64-v3 --name _native_v3
+	PYTHONPATH=python $(PY) -m mojolearn conformance
+	PYTHONPATH=python MOJOLEARN_NATIVE=_native_v3 $(PY) -m mojolearn conformance
+
+wheel: build
+	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
+
+clean:
+	rm -rf build dist .build python/mojolearn/*.so python/mojolearn/_results .pytest_cache
+	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,235 @@
+"""The mojolearn extension module: one entry per kernel, taking plain integers
+(addresses, sizes, task count) from the Python layer, which has already
+validated every argument. Each entry releases the GIL while it computes and runs
+its tasks on MAX's worker pool; every task sets the contract floating-point
+state (DAZ on, FTZ off, round to nearest) and restores the previous one.
+"""
+from std.python import Python, PythonObject
+from std.python.bindings import PythonModuleBuilder
+from std.os import abort
+from max.algorithm import parallelize
+
+from common.ptr import ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32, ptr_i64, ptr_u8
+from common.fpstate import enter_contract_mode, leave_contract_mode, read_mxcsr
+from common.tasks import chunk_bounds
+from convert.cpu.bf16 import narrow_chunk, widen_chunk
+from convert.cpu.quant import (
+    quantize_int8_rows,
+    quantize_int15_rows,
+    dequantize_int8_rows,
+    dequantize_int15_rows,
+)
+from gemm.cpu.entry import register_gemm
+
+
+def _arg(args: PythonObject, i: Int) raises -> Int:
+    return Int(py=args[i])
+
+
+# ---------------------------------------------------------------- converters
+def to_bf16(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32 addr, dst u16 addr, n, tasks)."""
+    var src = ptr_u32(_arg(args, 0))
+    var dst = ptr_u16(_arg(args, 1))
+    var n = _arg(args, 2)
+    var tasks = max(1, min(_arg(args, 3), (n + 65535) // 65536))
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+
+    def work(t: Int) {imm src, imm dst, imm n, imm tasks}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(n, tasks, t, 64)
+        narrow_chunk(src, dst, b[0], b[1])
+        leave_contract_mode(old)
+
+    if tasks == 1:
+        work(0)
+    else:
+        parallelize(work, tasks)
+    c.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
+def from_bf16(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src u16 addr, dst f32 addr, n, tasks)."""
+    var src = ptr_u16(_arg(args, 0))
+    var dst = ptr_u32(_arg(args, 1))
+    var n = _arg(args, 2)
+    var tasks = max(1, min(_arg(args, 3), (n + 65535) // 65536))
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+
+    def work(t: Int) {imm src, imm dst, imm n, imm tasks}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(n, tasks, t, 64)
+        widen_chunk(src, dst, b[0], b[1])
+        leave_contract_mode(old)
+
+    if tasks == 1:
+        work(0)
+    else:
+        parallelize(work, tasks)
+    c.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
+def _row_tasks(m: Int, k: Int, tasks: Int) -> Int:
+    return max(1, min(tasks, m, (m * k + 32767) // 32768))
+
+
+def quantize_int8(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32, codes i8, exps i32, m, k, tasks)."""
+    var src = ptr_u32(_arg(args, 0))
+    var codes = ptr_i8(_arg(args, 1))
+    var exps = ptr_i32(_arg(args, 2))
+    var m = _arg(args, 3)
+    var k = _arg(args, 4)
+    var tasks = _row_tasks(m, k, _arg(args, 5))
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+
+    def work(t: Int) {imm src, imm codes, imm exps, imm m, imm k, imm tasks}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(m, tasks, t, 1)
+        quantize_int8_rows(src, k, b[0], b[1], codes, exps)
+        leave_contract_mode(old)
+
+    if tasks == 1:
+        work(0)
+    else:
+        parallelize(work, tasks)
+    c.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
+def quantize_int15(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32, hi i8, lo i8, exps i32, m, k, tasks)."""
+    var src = ptr_u32(_arg(args, 0))
+    var hi = ptr_i8(_arg(args, 1))
+    var lo = ptr_i8(_arg(args, 2))
+    var exps = ptr_i32(_arg(args, 3))
+    var m = _arg(args, 4)
+    var k = _arg(args, 5)
+    var tasks = _row_tasks(m, k, _arg(args, 6))
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+
+    def work(t: Int) {imm src, imm hi, imm lo, imm exps, imm m, imm k, imm tasks}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(m, tasks, t, 1)
+        quantize_int15_rows(src, k, b[0], b[1], hi, lo, exps)
+        leave_contract_mode(old)
+
+    if tasks == 1:
+        work(0)
+    else:
+        parallelize(work, tasks)
+    c.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
+def dequantize_int8(args: PythonObject) raises -> PythonObject:
+    """Arguments: (codes i8, exps i32, dst f32, m, k, tasks)."""
+    var codes = ptr_i8(_arg(args, 0))
+    var exps = ptr_i32(_arg(args, 1))
+    var dst = ptr_f32(_arg(args, 2))
+    var m = _arg(args, 3)
+    var k = _arg(args, 4)
+    var tasks = _row_tasks(m, k, _arg(args, 5))
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+
+    def work(t: Int) {imm codes, imm exps, imm dst, imm m, imm k, imm tasks}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(m, tasks, t, 1)
+        dequantize_int8_rows(codes, k, b[0], b[1], exps, dst)
+        leave_contract_mode(old)
+
+    if tasks == 1:
+        work(0)
+    else:
+        parallelize(work, tasks)
+    c.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
+def dequantize_int15(args: PythonObject) raises -> PythonObject:
+    """Arguments: (hi i8, lo i8, exps i32, dst f32, m, k, tasks)."""
+    var hi = ptr_i8(_arg(args, 0))
+    var lo = ptr_i8(_arg(args, 1))
+    var exps = ptr_i32(_arg(args, 2))
+    var dst = ptr_f32(_arg(args, 3))
+    var m = _arg(args, 4)
+    var k = _arg(args, 5)
+    var tasks = _row_tasks(m, k, _arg(args, 6))
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+
+    def work(t: Int) {imm hi, imm lo, imm exps, imm dst, imm m, imm k, imm tasks}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(m, tasks, t, 1)
+        dequantize_int15_rows(hi, lo, k, b[0], b[1], exps, dst)
+        leave_contract_mode(old)
+
+    if tasks == 1:
+        work(0)
+    else:
+        parallelize(work, tasks)
+    c.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
+def strided_copy(args: PythonObject) raises -> PythonObject:
+    """(src, dst, itemsize, ndim, shape list, byte strides list): C-order gather."""
+    var src = _arg(args, 0)
+    var dst = ptr_u8(_arg(args, 1))
+    var isz = _arg(args, 2)
+    var nd = _arg(args, 3)
+    var shape = List[Int]()
+    var strides = List[Int]()
+    var total = 1
+    for d in range(nd):
+        shape.append(Int(py=args[4][d]))
+        strides.append(Int(py=args[5][d]))
+        total *= shape[d]
+    var idx = List[Int](length=nd, fill=0)
+    var o = 0
+    for _ in range(total):
+        var off = 0
+        for d in range(nd):
+            off += idx[d] * strides[d]
+        var s = ptr_u8(src + off)
+        for b in range(isz):
+            dst.unsafe_store(o + b, s.unsafe_load(b))
+        o += isz
+        var d = nd - 1
+        while d >= 0:
+            idx[d] += 1
+            if idx[d] < shape[d]:
+                break
+            idx[d] = 0
+            d -= 1
+    return PythonObject(None)
+
+
+def mxcsr(args: PythonObject) raises -> PythonObject:
+    """The calling thread's MXCSR (tests check the kernels restore it)."""
+    return PythonObject(Int(read_mxcsr()))
+
+
+@export
+def PyInit__native() abi("C") -> PythonObject:
+    try:
+        var m = PythonModuleBuilder("_native")
+        m.def_function[to_bf16]("to_bf16")
+        m.def_function[from_bf16]("from_bf16")
+        m.def_function[quantize_int8]("quantize_int8")
+        m.def_function[quantize_int15]("quantize_int15")
+        m.def_function[dequantize_int8]("dequantize_int8")
+        m.def_function[dequantize_int15]("dequantize_int15")
+        m.def_function[strided_copy]("strided_copy")
+        m.def_function[mxcsr]("mxcsr")
+        register_gemm(m)
+        return m.finalize()
+    except e:
+        abort(String("mojolearn._native: module init failed: ", e))

@@ -1,0 +1,1 @@
+"""CPU GEMM kernels."""

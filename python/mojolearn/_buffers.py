@@ -1,0 +1,235 @@
+"""Reading caller inputs without copying them.
+
+WHAT IS ACCEPTED
+    Any object with the buffer protocol (numpy arrays, memoryview, array.array,
+    bytes, mojolearn.Array), any object with ``__array_interface__``, and - only
+    where a function says so - nested lists of numbers (read as float32).
+
+WHAT COMES BACK
+    A ``Buf``: the address, dtype string, shape, byte strides and the object that
+    keeps the memory alive. Nothing is converted: a float64 input stays float64
+    and the caller refuses it by name (no silent casts).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ._array import DTYPES, Array, empty
+
+__all__ = ["Buf", "read", "to_array"]
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("suboffsets", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_GetBuffer = ctypes.pythonapi.PyObject_GetBuffer
+_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_GetBuffer.restype = ctypes.c_int
+_Release = ctypes.pythonapi.PyBuffer_Release
+_Release.argtypes = [ctypes.POINTER(_PyBuffer)]
+_Release.restype = None
+_PyBUF_STRIDED_RO = 0x18
+
+# struct format char -> (kind, signed)
+_FMT = {
+    "f": "float", "d": "float", "e": "float",
+    "b": "int", "h": "int", "i": "int", "l": "int", "q": "int", "n": "int",
+    "B": "uint", "H": "uint", "I": "uint", "L": "uint", "Q": "uint", "N": "uint",
+    "?": "bool", "c": "uint",
+}
+_FLOAT_NAMES = {2: "float16", 4: "float32", 8: "float64"}
+
+_TYPESTR_KIND = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex"}
+
+
+class Buf:
+    """A read view of a caller's memory (see module docstring)."""
+
+    __slots__ = ("addr", "dtype", "shape", "strides", "readonly", "keep")
+
+    def __init__(self, addr, dtype, shape, strides, readonly, keep):
+        self.addr = addr
+        self.dtype = dtype
+        self.shape = shape
+        self.strides = strides
+        self.readonly = readonly
+        self.keep = keep
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE.get(self.dtype, 0)
+
+    @property
+    def c_contiguous(self) -> bool:
+        expect = self.itemsize
+        for d, s in zip(reversed(self.shape), reversed(self.strides)):
+            if d != 1 and s != expect:
+                return False
+            expect *= d
+        return True
+
+
+_ITEMSIZE = {
+    "float16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
+    "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "bool": 1,
+}
+
+
+def _dtype_name(kind: str, size: int) -> str:
+    if kind == "float":
+        return _FLOAT_NAMES.get(size, f"float{8 * size}")
+    if kind == "bool":
+        return "bool"
+    if kind == "complex":
+        return f"complex{8 * size}"
+    return f"{kind}{8 * size}"
+
+
+def _from_format(fmt: str, itemsize: int) -> str:
+    f = fmt
+    if f and f[0] in "@=<":
+        f = f[1:]
+    elif f and f[0] in ">!":
+        return "big-endian " + f[1:]
+    kind = _FMT.get(f)
+    if kind is None:
+        return f"format {fmt!r}"
+    return _dtype_name(kind, itemsize)
+
+
+def _address(mv: memoryview) -> int:
+    view = _PyBuffer()
+    if _GetBuffer(mv, ctypes.byref(view), _PyBUF_STRIDED_RO) != 0:  # pragma: no cover
+        raise TypeError("mojolearn: cannot read the buffer's address")
+    addr = view.buf or 0
+    _Release(ctypes.byref(view))
+    return addr
+
+
+def _nested_lists(obj, func, arg):
+    shape = []
+    x = obj
+    while isinstance(x, (list, tuple)):
+        shape.append(len(x))
+        if not x:
+            break
+        x = x[0]
+    flat = []
+
+    def walk(o, depth):
+        if depth == len(shape):
+            if isinstance(o, (list, tuple)):
+                raise ValueError(f"mojolearn: {func}: {arg} is a ragged nested list")
+            if isinstance(o, bool) or not isinstance(o, (int, float)):
+                raise TypeError(
+                    f"mojolearn: {func}: {arg} holds {type(o).__name__}, expected numbers"
+                )
+            flat.append(o)
+            return
+        if not isinstance(o, (list, tuple)) or len(o) != shape[depth]:
+            raise ValueError(f"mojolearn: {func}: {arg} is a ragged nested list")
+        for e in o:
+            walk(e, depth + 1)
+
+    walk(obj, 0)
+    out = empty("float32", tuple(shape), func=func)
+    if flat:
+        flat_view = (ctypes.c_float * len(flat)).from_address(ctypes.addressof(out))
+        flat_view[:] = flat
+    return out
+
+
+def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
+    """Describe ``obj``'s memory without copying. See module docstring."""
+    if isinstance(obj, Array):
+        shape = obj._ml_shape
+        isz = DTYPES[obj._ml_dtype][1]
+        strides = []
+        s = isz
+        for d in reversed(shape):
+            strides.append(s)
+            s *= d
+        return Buf(ctypes.addressof(obj), obj._ml_dtype, shape, tuple(reversed(strides)), False, obj)
+    if lists and isinstance(obj, (list, tuple)):
+        return read(_nested_lists(obj, func, arg), func=func, arg=arg)
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        mv = None
+    if mv is not None:
+        if mv.suboffsets:
+            raise TypeError(f"mojolearn: {func}: {arg} is an indirect (PIL-style) buffer")
+        dtype = _from_format(mv.format, mv.itemsize)
+        shape = tuple(mv.shape) if mv.shape is not None else (mv.nbytes,)
+        strides = tuple(mv.strides) if mv.strides is not None else (1,)
+        addr = _address(mv) if mv.nbytes else 0
+        return Buf(addr, dtype, shape, strides, mv.readonly, mv)
+    ai = getattr(obj, "__array_interface__", None)
+    if isinstance(ai, dict):
+        typestr = ai["typestr"]
+        if typestr[0] == ">" and typestr[2:] != "1":
+            dtype = "big-endian " + typestr
+        else:
+            dtype = _dtype_name(_TYPESTR_KIND.get(typestr[1], typestr[1]), int(typestr[2:]))
+        shape = tuple(int(d) for d in ai["shape"])
+        data = ai.get("data")
+        if data is None or not isinstance(data, tuple):
+            raise TypeError(
+                f"mojolearn: {func}: {arg}'s __array_interface__ has no data address"
+            )
+        isz = _ITEMSIZE.get(dtype, int(typestr[2:]))
+        st = ai.get("strides")
+        if st is None:
+            strides, s = [], isz
+            for d in reversed(shape):
+                strides.append(s)
+                s *= d
+            st = tuple(reversed(strides))
+        return Buf(int(data[0]), dtype, shape, tuple(int(s) for s in st), bool(data[1]), obj)
+    what = "a buffer or nested lists" if lists else "a buffer (numpy array, memoryview, array.array, mojolearn.Array)"
+    raise TypeError(f"mojolearn: {func}: {arg} must be {what}, got {type(obj).__name__}")
+
+
+def to_array(obj, *, func: str, arg: str, lists: bool = False) -> Array:
+    """A C-contiguous mojolearn.Array copy of ``obj`` with the same dtype and shape."""
+    b = read(obj, func=func, arg=arg, lists=lists)
+    if isinstance(b.keep, Array) and lists and isinstance(obj, (list, tuple)):
+        return b.keep
+    if b.dtype not in DTYPES:
+        raise TypeError(f"mojolearn: {func}: {arg} has unsupported dtype {b.dtype}")
+    out = empty(b.dtype, b.shape, func=func)
+    if b.size:
+        if b.c_contiguous:
+            ctypes.memmove(ctypes.addressof(out), b.addr, out.nbytes)
+        else:
+            from . import _native_loader
+            _native_loader.native().strided_copy(
+                b.addr, ctypes.addressof(out), b.itemsize, len(b.shape),
+                list(b.shape), list(b.strides),
+            )
+    return out

@@ -1,0 +1,101 @@
+"""The converters (contract rules L-1, L-2, L-3, L-4, L-6, W-1..W-3).
+
+Python checks the arguments and allocates the results; the Mojo extension does
+every conversion. Non-float32 input to ``to_bf16`` or a quantizer is a TypeError:
+there is no silent cast (the published release's silent float64 -> float32 cast
+rounded twice).
+"""
+from __future__ import annotations
+
+from ._array import Array, empty
+from ._native_loader import native
+from ._threads import get_num_threads
+from ._validate import buf
+
+__all__ = [
+    "to_bf16", "from_bf16", "quantize_int8", "dequantize_int8",
+    "quantize_int15", "dequantize_int15",
+]
+
+
+def to_bf16(x) -> Array:
+    """float32 (any rank) -> bf16 bits as uint16, same shape (rule L-2)."""
+    b = buf(x, "to_bf16", "x", ("float32",))
+    out = empty("uint16", b.shape, func="to_bf16")
+    if b.size:
+        native().to_bf16((b.addr, out.address, b.size, get_num_threads()))
+    return out
+
+
+def from_bf16(bits) -> Array:
+    """bf16 bits (uint16, any rank) -> float32, exactly (rule L-1)."""
+    b = buf(bits, "from_bf16", "bits", ("uint16",))
+    out = empty("float32", b.shape, func="from_bf16")
+    if b.size:
+        native().from_bf16((b.addr, out.address, b.size, get_num_threads()))
+    return out
+
+
+def quantize_int8(x):
+    """2-D float32 -> (int8 codes (m, k), int32 exponents (m,)) (rules L-3, L-4)."""
+    b = buf(x, "quantize_int8", "x", ("float32",), ndim=2)
+    m, k = b.shape
+    codes = empty("int8", (m, k), func="quantize_int8")
+    exps = empty("int32", (m,), func="quantize_int8")
+    if m:
+        native().quantize_int8((b.addr, codes.address, exps.address, m, k, get_num_threads()))
+    return codes, exps
+
+
+def quantize_int15(x):
+    """2-D float32 -> (hi int8, lo int8, int32 exponents); code = hi*128 + lo (W-1..W-3)."""
+    b = buf(x, "quantize_int15", "x", ("float32",), ndim=2)
+    m, k = b.shape
+    hi = empty("int8", (m, k), func="quantize_int15")
+    lo = empty("int8", (m, k), func="quantize_int15")
+    exps = empty("int32", (m,), func="quantize_int15")
+    if m:
+        native().quantize_int15(
+            (b.addr, hi.address, lo.address, exps.address, m, k, get_num_threads())
+        )
+    return hi, lo, exps
+
+
+def _exps_for(exponents, func, m):
+    e = buf(exponents, func, "exponents", ("int32",), ndim=1)
+    if e.shape[0] != m:
+        raise ValueError(
+            f"mojolearn: {func}: exponents has length {e.shape[0]} but the codes have "
+            f"{m} rows; pass the exponents returned with these codes"
+        )
+    return e
+
+
+def dequantize_int8(codes, exponents) -> Array:
+    """ftz(f32(code) * pow2f(e)) per row (rule L-6)."""
+    c = buf(codes, "dequantize_int8", "codes", ("int8",), ndim=2)
+    m, k = c.shape
+    e = _exps_for(exponents, "dequantize_int8", m)
+    out = empty("float32", (m, k), func="dequantize_int8")
+    if m and k:
+        native().dequantize_int8((c.addr, e.addr, out.address, m, k, get_num_threads()))
+    return out
+
+
+def dequantize_int15(hi, lo, exponents) -> Array:
+    """ftz(f32(hi*128 + lo) * pow2f(e)) per row (rule W-3)."""
+    h = buf(hi, "dequantize_int15", "hi", ("int8",), ndim=2)
+    l = buf(lo, "dequantize_int15", "lo", ("int8",), ndim=2)
+    if h.shape != l.shape:
+        raise ValueError(
+            f"mojolearn: dequantize_int15: hi has shape {h.shape} but lo has {l.shape}; "
+            "pass the two planes returned together by quantize_int15"
+        )
+    m, k = h.shape
+    e = _exps_for(exponents, "dequantize_int15", m)
+    out = empty("float32", (m, k), func="dequantize_int15")
+    if m and k:
+        native().dequantize_int15(
+            (h.addr, l.addr, e.addr, out.address, m, k, get_num_threads())
+        )
+    return out

@@ -1,0 +1,631 @@
+"""Numeric profiles: the number format that the matrix products compute in.
+
+WHAT A PROFILE IS
+    A numeric profile names the ARITHMETIC of a model's matrix products, for
+    example "every product on mojolearn.identical.gemm.fp32.v1". It is separate
+    from ``numeric_mode`` (the promise of identical bits across vendors, which
+    every profile keeps) and from ``weight_format`` (how weights are STORED;
+    stored weights are widened exactly to float32 before any profile runs).
+
+ONE NAME, ONE ARITHMETIC, FOREVER
+    Every name carries its version (``fp32_v1``, ``fixed15_v1``). There are no
+    unversioned aliases: ``"fixed15"`` is simply unknown. A changed arithmetic
+    gets a new name, so a name written into a checkpoint or a paper keeps its
+    meaning. Whitespace around a name is stripped; anything but a str is a
+    TypeError.
+
+DEFAULTS NEVER SURPRISE, NAMES NEVER WIDEN
+    A caller who names nothing gets the process inference default only in a
+    family that default reaches (its row both computes the family and is the
+    default for it); everywhere else it gets BASELINE (fp32_v1), and the object
+    reports fp32_v1. Training always defaults to TRAINING_DEFAULT. A caller who
+    NAMES a profile gets exactly that profile or a refusal that says why: it is
+    never swapped for fp32_v1, nor stretched to a family it does not compute.
+
+THE PROCESS DEFAULT
+    ``MOJOLEARN_NUMERIC_PROFILE`` sets the inference default. It is read once,
+    on first use, and a bad value is refused with the same words as a bad name
+    (an unset or empty variable means "not set"). ``set_numeric_profile``
+    changes the default later and returns the previous one.
+
+SPEED IS MEASURED HERE, NOT ASSUMED
+    MEASURED holds only this project's own benchmark results (the JSON files
+    written by ``make bench``), profile -> vendor -> row. A vendor without a row
+    reads None: no figure is borrowed from another box, implementation or
+    profile. When a profile resolves on a vendor where it was measured slower
+    than fp32_v1 (the whole measured range above 1), a NumericProfileSpeedWarning is issued once per (profile,
+    vendor) and the call still runs in the profile asked for.
+
+CHECKPOINTS
+    A state written under fp32_v1 carries no profile field, so fp32_v1 bytes
+    never change; other profiles add ``{"numeric_profile": name}``. Loading a
+    state adopts the profile that wrote it or refuses a different one by name.
+
+ERRORS
+    Every message starts with ``mojolearn:`` and names the argument, the refused
+    value, the reason and the way out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import threading
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import _device
+
+__all__ = [
+    "BASELINE",
+    "DEFAULT",
+    "TRAINING_DEFAULT",
+    "FAMILIES",
+    "ENV",
+    "STATE_KEY",
+    "USES",
+    "PROFILES",
+    "REJECTED",
+    "MEASURED",
+    "NumericProfileSpeedWarning",
+    "resolve",
+    "require_training",
+    "computes",
+    "default_reaches",
+    "set_numeric_profile",
+    "numeric_profile",
+    "profiles",
+    "measured",
+    "state_field",
+    "adopt_saved",
+    "check_saved",
+]
+
+# ---------------------------------------------------------------------------
+# The table (plain data)
+# ---------------------------------------------------------------------------
+
+BASELINE = "fp32_v1"
+DEFAULT = "fp32_v1"
+TRAINING_DEFAULT = "fp32_v1"
+
+# transformer: the CausalLM-style models; transformer_block: a bare block, also
+# the building block of the trainers.
+FAMILIES = ("transformer", "mamba1", "mamba2", "transformer_block")
+
+ENV = "MOJOLEARN_NUMERIC_PROFILE"
+STATE_KEY = "numeric_profile"
+USES = ("inference", "training")
+
+_GEMM_FP32 = "mojolearn.identical.gemm.fp32.v1"
+_GEMM_INT15 = "mojolearn.identical.gemm.int15i64.v1"
+
+PROFILES = {
+    "fp32_v1": {
+        "status": "baseline",
+        "products": {"projections": _GEMM_FP32, "attention": _GEMM_FP32},
+        "inference": True,
+        "training": True,
+        "computes": None,  # every family
+        "default_for": None,  # every family
+        "quality": {},  # it is the baseline the others are measured against
+        "note": (
+            "The baseline: every matrix product (projections, the head and both "
+            "attention products) on mojolearn.identical.gemm.fp32.v1."
+        ),
+    },
+    "fixed15_v1": {
+        "status": "experimental",
+        "products": {
+            "projections": _GEMM_INT15,
+            "attention": (
+                f"{_GEMM_INT15} for Q.K^T; P.V stays on {_GEMM_FP32}"
+            ),
+        },
+        "inference": True,
+        "training": False,
+        "computes": ("transformer", "transformer_block"),
+        "default_for": ("transformer",),
+        "quality": {
+            "metric": (
+                "relative change in held-out perplexity against fp32_v1, "
+                "whole model at once"
+            ),
+            "unit": "fraction (0.01 = 1%)",
+            "model": "SmolLM2-360M",
+            "source": (
+                "published measurement on SmolLM2-360M from the published "
+                "numeric-profile table; kept because fixed15_v1 here is the same "
+                "arithmetic bit for bit (not re-measured by this project)"
+            ),
+            "results": {
+                "enwik8 last 1 MB": {
+                    "change": 0.000006,
+                    "interval": (-0.000044, 0.000055),
+                },
+                "pile_github": {
+                    "change": 0.000033,
+                    "interval": (-0.000010, 0.000076),
+                },
+            },
+        },
+        "note": (
+            "Projections and the head, and the Q.K^T attention product, run as "
+            "15-bit codes with an exact integer sum "
+            "(mojolearn.identical.gemm.int15i64.v1); the P.V attention product "
+            "stays on mojolearn.identical.gemm.fp32.v1. Inference only."
+        ),
+    },
+}
+
+REJECTED = {
+    "int8_v1": (
+        "measured and rejected: int8 codes on both operands of every product "
+        "raised held-out perplexity by 32.2% on enwik8 and by 28.9% on "
+        "pile_github, against a bar of 1%; nearly all of that comes from the int8 "
+        "codes of the activations"
+    ),
+    "fixed15_int8_attention_v1": (
+        "dropped before its whole configuration was measured: int8 on the "
+        "attention products alone already read +0.6% held-out perplexity on "
+        "enwik8"
+    ),
+}
+
+# Filled from this project's own benchmark result files (see _load_measured).
+MEASURED: dict = {}
+
+
+class NumericProfileSpeedWarning(UserWarning):
+    """A profile was chosen that this project measured slower than fp32_v1 here."""
+
+
+# ---------------------------------------------------------------------------
+# Process state
+# ---------------------------------------------------------------------------
+
+_lock = threading.RLock()
+_defaults = {"inference": None, "training": TRAINING_DEFAULT}  # None: ENV unread
+_warned: set = set()
+
+
+def _registered() -> str:
+    return ", ".join(PROFILES)
+
+
+def _check_str(value, what: str, kind: str, allowed) -> str:
+    """Type-check and look up a use or family; return it."""
+    listing = ", ".join(allowed)
+    if not isinstance(value, str):
+        raise TypeError(
+            f"mojolearn: {what} must be a str naming a {kind}, got "
+            f"{type(value).__name__} ({value!r}); allowed: {listing}"
+        )
+    if value not in allowed:
+        raise ValueError(
+            f"mojolearn: {what}={value!r} is not a known {kind}; "
+            f"allowed: {listing}"
+        )
+    return value
+
+
+def _check_use(use) -> str:
+    return _check_str(use, "use", "use", USES)
+
+
+def _check_family(family) -> str:
+    return _check_str(family, "family", "model family", FAMILIES)
+
+
+def _check_name(name, what: str) -> str:
+    """Return the registered profile ``name`` (stripped) or refuse it by name."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"mojolearn: {what} must be a str naming a numeric profile, got "
+            f"{type(name).__name__} ({name!r}); registered names: {_registered()}"
+        )
+    key = str(name).strip()
+    if key in PROFILES:
+        return key
+    if key in REJECTED:
+        raise ValueError(
+            f"mojolearn: {what}={key!r} is a rejected numeric profile and is not "
+            f"offered: {REJECTED[key]}. Registered names: {_registered()}"
+        )
+    raise ValueError(
+        f"mojolearn: {what}={key!r} is not a registered numeric profile (every "
+        f"name carries its version; there are no unversioned aliases). "
+        f"Registered names: {_registered()}"
+    )
+
+
+def _refuse_use(name: str, what: str, use: str):
+    raise NotImplementedError(
+        f"mojolearn: {what}={name!r} is not available for {use}: {name} has "
+        f"passed {_passed(name)} only. A named profile is never swapped: it is "
+        f"never replaced by fp32_v1 silently. To {_verb(use)} in fp32_v1, pass "
+        f"{what}='fp32_v1' (or name no profile: the {use} default is "
+        f"{_default_for_use(use)})."
+    )
+
+
+def _passed(name: str) -> str:
+    row = PROFILES[name]
+    done = [u for u in USES if row[u]]
+    return " and ".join(done) if done else "no use"
+
+
+def _verb(use: str) -> str:
+    return "train" if use == "training" else "run inference"
+
+
+def _default_for_use(use: str) -> str:
+    return TRAINING_DEFAULT if use == "training" else BASELINE
+
+
+def _current_default(use: str) -> str:
+    """The process default for ``use``; reads ENV on the first inference ask."""
+    with _lock:
+        if use == "inference" and _defaults["inference"] is None:
+            raw = os.environ.get(ENV)
+            if raw is None or not raw.strip():
+                _defaults["inference"] = DEFAULT
+            else:
+                name = _check_name(raw, ENV)
+                if not PROFILES[name]["inference"]:  # pragma: no cover - table
+                    _refuse_use(name, ENV, "inference")
+                _defaults["inference"] = name
+        return _defaults[use]
+
+
+# ---------------------------------------------------------------------------
+# Questions about the table
+# ---------------------------------------------------------------------------
+
+
+def computes(profile, family) -> bool:
+    """True when ``profile`` computes models of ``family`` (rule 3)."""
+    name = _check_name(profile, "profile")
+    family = _check_family(family)
+    fams = PROFILES[name]["computes"]
+    return fams is None or family in fams
+
+
+def default_reaches(profile, family) -> bool:
+    """True when ``profile``, as the process default, applies to ``family``.
+
+    Both the row's ``computes`` and its ``default_for`` must include the family
+    (None in either means every family) (rule 2).
+    """
+    name = _check_name(profile, "profile")
+    family = _check_family(family)
+    row = PROFILES[name]
+    return computes(name, family) and (
+        row["default_for"] is None or family in row["default_for"]
+    )
+
+
+def _describe_computes(name: str) -> str:
+    fams = PROFILES[name]["computes"]
+    return "every family" if fams is None else ", ".join(fams)
+
+
+# ---------------------------------------------------------------------------
+# Resolving the profile a call runs in
+# ---------------------------------------------------------------------------
+
+
+def resolve(name=None, what="numeric_profile", use="inference", family=None) -> str:
+    """Return the profile a call runs in, or refuse by name (rules 1-3, 6).
+
+    ``what`` is the caller's argument label, used in every message. With no
+    name: training gets the training default; inference gets the process
+    default where it reaches ``family`` and BASELINE elsewhere (with
+    ``family=None`` the default applies only if its row is the default for every
+    family). A named profile is returned as asked or refused: a use it has not
+    passed or a family it does not compute raises NotImplementedError.
+    """
+    use = _check_use(use)
+    if family is not None:
+        family = _check_family(family)
+    if name is None:
+        chosen = _current_default(use)
+        row = PROFILES[chosen]
+        if family is None:
+            reaches = row["computes"] is None and row["default_for"] is None
+        else:
+            reaches = default_reaches(chosen, family)
+        if not reaches or not row[use]:
+            chosen = BASELINE
+    else:
+        chosen = _check_name(name, what)
+        row = PROFILES[chosen]
+        if not row[use]:
+            _refuse_use(chosen, what, use)
+        if family is not None and not computes(chosen, family):
+            raise NotImplementedError(
+                f"mojolearn: {what}={chosen!r} does not compute family "
+                f"{family!r}: {chosen} computes {_describe_computes(chosen)} only "
+                f"and is never widened to other families. Pass {what}='fp32_v1' "
+                f"(computes every family) or name no profile for {family!r}."
+            )
+    _maybe_warn_speed(chosen, what)
+    return chosen
+
+
+def require_training(what, name=None) -> str:
+    """A trainer's one line: the profile to train in, or a refusal (rule 5)."""
+    return resolve(name, what=what, use="training")
+
+
+def set_numeric_profile(name, use="inference") -> str:
+    """Set the process default for ``use``; return the previous one (rule 4).
+
+    The name is checked at once. Only fp32_v1 is available for training.
+    """
+    use = _check_use(use)
+    key = _check_name(name, "numeric_profile")
+    if not PROFILES[key][use]:
+        _refuse_use(key, "numeric_profile", use)
+    with _lock:
+        previous = _current_default(use)
+        _defaults[use] = key
+    return previous
+
+
+def numeric_profile(use="inference") -> str:
+    """The current process default for ``use`` (reads ENV on first use)."""
+    return _current_default(_check_use(use))
+
+
+# ---------------------------------------------------------------------------
+# Records, measurements, speed warning
+# ---------------------------------------------------------------------------
+
+
+def profiles() -> tuple:
+    """One record per profile, table order; copies, so the table cannot change.
+
+    Each record: name, default, training_default, the row's fields (computes and
+    default_for as tuples or None), quality, and ``measured`` (vendor -> row).
+    """
+    inference_default = _current_default("inference")
+    training_default = _current_default("training")
+    out = []
+    for name, row in PROFILES.items():
+        rec = {
+            "name": name,
+            "default": name == inference_default,
+            "training_default": name == training_default,
+        }
+        rec.update(copy.deepcopy(row))
+        rec["measured"] = copy.deepcopy(MEASURED.get(name, {}))
+        out.append(rec)
+    return tuple(out)
+
+
+def measured(profile, vendor=None):
+    """This project's measured row for ``profile`` on ``vendor`` (default: the
+    vendor in use), as a copy; None when there is no such measurement."""
+    name = _check_name(profile, "profile")
+    if vendor is None:
+        vendor = _device.vendor()
+    if not isinstance(vendor, str):
+        raise TypeError(
+            f"mojolearn: vendor must be a str or None, got "
+            f"{type(vendor).__name__} ({vendor!r})"
+        )
+    row = MEASURED.get(name, {}).get(vendor)
+    return None if row is None else dict(row)
+
+
+def _maybe_warn_speed(name: str, what: str) -> None:
+    if name == BASELINE:
+        return
+    vendor = _device.vendor()
+    row = MEASURED.get(name, {}).get(vendor)
+    if row is None:
+        return
+    lo, hi = row["over"]
+    if not lo > 1.0:  # warn only when every measured ratio is slower
+        return
+    with _lock:
+        if (name, vendor) in _warned:
+            return
+        _warned.add((name, vendor))
+    warnings.warn(
+        f"mojolearn: {what}={name!r} was measured {lo:g}x to {hi:g}x the time of "
+        f"fp32_v1 on this vendor ({vendor}, box: {row['box']}); operation timed: "
+        f"{row['what']}; source: {row['source']}. It runs anyway, in {name} as "
+        f"asked. For fp32_v1 speed pass {what}='fp32_v1' (or "
+        f"set_numeric_profile('fp32_v1') / {ENV}=fp32_v1).",
+        NumericProfileSpeedWarning,
+        stacklevel=3,
+    )
+
+
+def _results_dirs() -> list:
+    here = Path(__file__).parent
+    packaged = here / "_results"
+    if packaged.is_dir():
+        return [packaged]
+    return [Path(__file__).resolve().parents[2] / "bench" / "results"]
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _text(obj, key: str, where: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise _Malformed(f"{where}{key!r} must be a non-empty str, got {value!r}")
+    return value.strip()
+
+
+def _parse_row(entry, where: str) -> dict:
+    if not isinstance(entry, Mapping):
+        raise _Malformed(f"{where} must be an object, got {type(entry).__name__}")
+    over = entry.get("over")
+    ok = (
+        isinstance(over, (list, tuple))
+        and len(over) == 2
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0
+            for v in over
+        )
+        and over[0] <= over[1]
+    )
+    if not ok:
+        raise _Malformed(
+            f"{where}'over' must be [lo, hi], positive finite numbers with "
+            f"lo <= hi, got {over!r}"
+        )
+    return {
+        "over": (float(over[0]), float(over[1])),
+        "what": _text(entry, "what", where),
+        "source": _text(entry, "source", where),
+    }
+
+
+def _parse_file(path: Path):
+    """Return [(profile, vendor, row), ...] for one results file, or None when
+    the file has no 'profiles' key. Raises _Malformed."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _Malformed(f"cannot read JSON ({exc})") from None
+    if not isinstance(data, Mapping):
+        raise _Malformed(f"top level must be an object, got {type(data).__name__}")
+    if "profiles" not in data:
+        return None
+    vendor = _text(data, "vendor", "")
+    box = _text(data, "box", "")
+    table = data["profiles"]
+    if not isinstance(table, Mapping):
+        raise _Malformed(f"'profiles' must be an object, got {type(table).__name__}")
+    rows = []
+    for name, entry in table.items():
+        if name not in PROFILES:
+            raise _Malformed(
+                f"profile {name!r} is not registered (registered names: "
+                f"{_registered()})"
+            )
+        row = _parse_row(entry, f"profiles[{name!r}]: ")
+        row["box"] = box
+        rows.append((name, vendor, row))
+    return rows
+
+
+def _load_measured(paths) -> dict:
+    """Rebuild MEASURED (in place) from ``paths``: result files or folders of
+    ``*.json``. Files without 'profiles' are ignored; a malformed file is
+    skipped with a warning. Files are read in sorted order within a folder;
+    a later file's row replaces an earlier one for the same (profile, vendor)."""
+    files = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            files.extend(sorted(p.glob("*.json")))
+        elif p.exists():
+            files.append(p)
+    table: dict = {}
+    for f in files:
+        try:
+            rows = _parse_file(f)
+        except _Malformed as exc:
+            warnings.warn(
+                f"mojolearn: benchmark results file {str(f)!r} skipped: {exc}. "
+                f"Fix or regenerate it with 'make bench'.",
+                UserWarning,
+                stacklevel=2,
+            )
+            continue
+        for name, vendor, row in rows or ():
+            table.setdefault(name, {})[vendor] = row
+    with _lock:
+        MEASURED.clear()
+        MEASURED.update(table)
+    return MEASURED
+
+
+def _reset_for_tests(paths=None) -> None:
+    """Forget the process defaults (ENV is read again), the warned set, and
+    reload MEASURED from ``paths`` (default: the installed or checkout results)."""
+    with _lock:
+        _defaults["inference"] = None
+        _defaults["training"] = TRAINING_DEFAULT
+        _warned.clear()
+    _load_measured(_results_dirs() if paths is None else paths)
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------
+
+
+def state_field(profile) -> dict:
+    """The field a state written under ``profile`` carries (rule 8)."""
+    name = _check_name(profile, "profile")
+    return {} if name == BASELINE else {STATE_KEY: name}
+
+
+def _saved_profile(state, what: str) -> str:
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"mojolearn: {what} must be a mapping (a saved state), got "
+            f"{type(state).__name__}"
+        )
+    if STATE_KEY not in state:
+        return BASELINE  # a state with no field was written under fp32_v1
+    return _check_name(state[STATE_KEY], f"{what}[{STATE_KEY!r}]")
+
+
+def adopt_saved(state, name=None, what="state", use="inference") -> str:
+    """The profile to rebuild a saved state in (rule 8).
+
+    Named nothing: the state's own profile, whatever the process default is.
+    Named a different profile: ValueError saying which profile wrote the state.
+    The adopted profile must still be available for ``use``.
+    """
+    use = _check_use(use)
+    saved = _saved_profile(state, what)
+    if name is not None:
+        asked = _check_name(name, "numeric_profile")
+        if asked != saved:
+            raise ValueError(
+                f"mojolearn: numeric_profile={asked!r} does not match {what}: it "
+                f"was written under numeric profile {saved!r}. Build the object "
+                f"with numeric_profile={saved!r} (or name no profile to adopt it)."
+            )
+    if not PROFILES[saved][use]:
+        raise NotImplementedError(
+            f"mojolearn: {what} was written under numeric profile {saved!r}, "
+            f"which is not available for {use} ({saved} has passed "
+            f"{_passed(saved)} only); it is never replaced by fp32_v1 silently. "
+            f"To {_verb(use)} in fp32_v1, start from a state written under "
+            f"fp32_v1."
+        )
+    return resolve(saved, what="numeric_profile", use=use)
+
+
+def check_saved(state, profile, what) -> str:
+    """Refuse to load ``state`` into an object computing in ``profile`` unless
+    the state was written under that same profile (rule 8)."""
+    have = _check_name(profile, "profile")
+    saved = _saved_profile(state, what)
+    if saved != have:
+        raise ValueError(
+            f"mojolearn: {what} was written under numeric profile {saved!r} but "
+            f"this object computes in {have!r}; the results of one arithmetic "
+            f"are not loaded into another. Load it into an object built with "
+            f"numeric_profile={saved!r}."
+        )
+    return saved
+
+
+_load_measured(_results_dirs())
