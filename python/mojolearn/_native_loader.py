@@ -5,17 +5,26 @@ anything another way: there is no Python fallback for a kernel.
 """
 from __future__ import annotations
 
+import importlib
+import os
+
+# MOJOLEARN_NATIVE names another build of the same kernels (e.g. `_native_v3`, the
+# x86-64-v3 build `make conformance` compares against the native one).
+NATIVE_ENV = "MOJOLEARN_NATIVE"
 _mod = None
 
 
 def native():
     global _mod
     if _mod is None:
+        name = os.environ.get(NATIVE_ENV, "_native").strip() or "_native"
+        if not name.isidentifier():
+            raise ImportError(f"mojolearn: {NATIVE_ENV}={name!r} is not a module name")
         try:
-            from . import _native as m  # type: ignore[attr-defined]
+            m = importlib.import_module(f"mojolearn.{name}")
         except ImportError as e:
             raise ImportError(
-                "mojolearn: the compiled Mojo extension mojolearn._native is missing or "
+                f"mojolearn: the compiled Mojo extension mojolearn.{name} is missing or "
                 f"cannot load ({e}); build it with `make build` (or `pip install .`)"
             ) from e
         _mod = m

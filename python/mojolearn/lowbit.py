@@ -90,7 +90,8 @@ def _convert(func: str, conv: str, *args):
     except ImportError as e:
         raise ImportError(
             f"mojolearn: lowbit.{func}: the {conv} converter needs the compiled "
-            f"Mojo extension, which is missing ({e})"
+            f"Mojo extension mojolearn._native, which is missing ({e}); build it "
+            f"(`make build`) or install a mojolearn wheel that includes it"
         ) from e
 
 
@@ -280,16 +281,18 @@ def pack_one(value, fmt, name: str = "weight"):
     bit; in another format it is widened to float32 first.
     """
     fmt = _check_fmt(fmt, "pack_one")
+    fresh = False  # True once ``value`` is an Array made here (no copy needed)
     if is_packed(value):
         if value.format == fmt:
             return _copy_packed(value, "lowbit.pack_one")
-        value = materialize_one(value, name)
+        value, fresh = materialize_one(value, name), True
     else:
         _float32(value, "pack_one", name, rank2=True)
         if isinstance(value, (list, tuple)):
             value = to_array(value, func="lowbit.pack_one", arg=name, lists=True)
+            fresh = True
     if fmt == "float32":
-        return to_array(value, func="lowbit.pack_one", arg=name)
+        return value if fresh else to_array(value, func="lowbit.pack_one", arg=name)
     if fmt == "bfloat16":
         return BF16Weight(_convert("pack_one", "to_bf16", value))
     codes, exponents = _convert("pack_one", "quantize_int8", value)
@@ -315,12 +318,19 @@ def widen_bf16(bits) -> Array:
 # ---------------------------------------------------------------------------
 
 
+_ONE_TENSOR = {
+    "pack": "pack_one(tensor, fmt)",
+    "unpack": "materialize_one(tensor)",
+    "format_of": "the tensor's .format (is_packed(tensor) tells if it has one)",
+}
+
+
 def _check_dict(weights, func: str, what: str) -> dict:
     if not isinstance(weights, dict):
         raise TypeError(
             f"mojolearn: lowbit.{func}: {what} must be a dict of name -> tensor, got "
-            f"{type(weights).__name__}; for one tensor use "
-            f"{'pack_one' if func == 'pack' else 'materialize_one'}"
+            f"{type(weights).__name__}; pass {{name: tensor}}, or for one tensor use "
+            f"{_ONE_TENSOR[func]}"
         )
     return weights
 

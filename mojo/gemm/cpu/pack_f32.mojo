@@ -1,0 +1,88 @@
+"""Packing for the fp32.v1 / bf16f32.v1 kernels (BLIS layout, edges zero-padded).
+
+A block: for each MR-row panel, for kk in the leaf, MR values (row i of the panel).
+B chunk: for each NR-column panel, for kk over all of k, NR values.
+Sources are float32 or bf16 bits (widened exactly here: bits << 16), in any of the
+three layouts: A row-major (m,k) or transposed (k,m); B row-major (k,n) or
+transposed (n,k). Packing copies bits; it never rounds.
+"""
+from std.memory import bitcast
+from common.ptr import F32Ptr, U16Ptr, U32Ptr
+from gemm.cpu.blocking import MR, NR, W
+
+
+@always_inline
+def _get(src: Int, idx: Int, is_bf16: Bool) -> Float32:
+    if is_bf16:
+        var b = U16Ptr(unsafe_from_address=src).unsafe_load(idx)
+        return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](UInt32(b) << 16))[0]
+    return F32Ptr(unsafe_from_address=src).unsafe_load(idx)
+
+
+def pack_a(
+    src: Int, a_bf16: Bool, trans_a: Bool, lda: Int,
+    i0: Int, mc: Int, k0: Int, lk: Int, dst: F32Ptr,
+):
+    """A[i0:i0+mc, k0:k0+lk] into MR-row panels. lda: row stride of the stored array."""
+    var panels = (mc + MR - 1) // MR
+    for p in range(panels):
+        var d = dst.unsafe_offset(p * MR * lk)
+        var rows = min(MR, mc - p * MR)
+        if trans_a:
+            # stored (k, m): for each kk the MR values are contiguous
+            for kk in range(lk):
+                var base = (k0 + kk) * lda + i0 + p * MR
+                for ii in range(rows):
+                    d.unsafe_store(kk * MR + ii, _get(src, base + ii, a_bf16))
+                for ii in range(rows, MR):
+                    d.unsafe_store(kk * MR + ii, Float32(0))
+        else:
+            # stored (m, k): walk each row contiguously, write with stride MR
+            for ii in range(rows):
+                var base = (i0 + p * MR + ii) * lda + k0
+                for kk in range(lk):
+                    d.unsafe_store(kk * MR + ii, _get(src, base + kk, a_bf16))
+            for ii in range(rows, MR):
+                for kk in range(lk):
+                    d.unsafe_store(kk * MR + ii, Float32(0))
+
+
+def pack_b(
+    src: Int, b_bf16: Bool, trans_b: Bool, ldb: Int,
+    j0: Int, nc: Int, k: Int, dst: F32Ptr,
+):
+    """B[0:k, j0:j0+nc] into NR-column panels of k rows each. ldb: row stride of the
+    stored array ((k, n) when not transposed, (n, k) when transposed)."""
+    var panels = (nc + NR - 1) // NR
+    for p in range(panels):
+        var d = dst.unsafe_offset(p * NR * k)
+        var cols = min(NR, nc - p * NR)
+        var jb = j0 + p * NR
+        if not trans_b:
+            if cols == NR and not b_bf16:
+                var s = F32Ptr(unsafe_from_address=src)
+                for kk in range(k):
+                    var row = s.unsafe_offset(kk * ldb + jb)
+                    comptime for v in range(NR // W):
+                        d.unsafe_store(kk * NR + v * W, row.unsafe_load[width=W](v * W))
+            elif cols == NR:
+                var s = U16Ptr(unsafe_from_address=src)
+                for kk in range(k):
+                    var row = s.unsafe_offset(kk * ldb + jb)
+                    comptime for v in range(NR // W):
+                        var bits = row.unsafe_load[width=W](v * W).cast[DType.uint32]() << 16
+                        d.unsafe_store(kk * NR + v * W, bitcast[DType.float32, W](bits))
+            else:
+                for kk in range(k):
+                    for jj in range(cols):
+                        d.unsafe_store(kk * NR + jj, _get(src, kk * ldb + jb + jj, b_bf16))
+                    for jj in range(cols, NR):
+                        d.unsafe_store(kk * NR + jj, Float32(0))
+        else:
+            for jj in range(cols):
+                var base = (jb + jj) * ldb
+                for kk in range(k):
+                    d.unsafe_store(kk * NR + jj, _get(src, base + kk, b_bf16))
+            for jj in range(cols, NR):
+                for kk in range(k):
+                    d.unsafe_store(kk * NR + jj, Float32(0))

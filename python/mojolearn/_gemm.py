@@ -1,0 +1,160 @@
+"""The GEMM entries of ``mojolearn.linalg`` (contracts: IDENTICAL_FP32_CONTRACT.md,
+IDENTICAL_LOWBIT_CONTRACT.md).
+
+Python checks every argument, allocates the result and hands plain addresses to
+the Mojo kernels; it never touches the data. Results are ``mojolearn.Array``.
+"""
+from __future__ import annotations
+
+from ._array import Array, empty
+from ._native_loader import native
+from ._threads import get_num_threads
+from ._validate import buf, out_buf
+from . import _convert
+
+__all__ = ["matmul", "matmul_bf16", "matmul_int8", "matmul_int15"]
+
+INT8_MAX_K = 131072  # rule L-7
+INT15_MAX_K = 65536  # rule W-4
+
+# conformance --sabotage only: perturbs the kernels so the checks can be seen failing
+_SABOTAGE = 0
+
+
+def _layout(func, transpose_a, transpose_b):
+    if not isinstance(transpose_a, bool) or not isinstance(transpose_b, bool):
+        raise TypeError(f"mojolearn: {func}: transpose_a and transpose_b must be bool")
+    if transpose_a and transpose_b:
+        raise ValueError(
+            f"mojolearn: {func}: transpose_a and transpose_b together are not supported "
+            "(fp32.v1 section 7); compute (b @ a).T instead or transpose one operand yourself"
+        )
+
+
+def _shapes(func, ash, bsh, transpose_a, transpose_b):
+    if transpose_a:
+        k, m = ash
+    else:
+        m, k = ash
+    if transpose_b:
+        n, kb = bsh
+    else:
+        kb, n = bsh
+    if k != kb:
+        lay = "TN a.T @ b" if transpose_a else ("NT a @ b.T" if transpose_b else "NN a @ b")
+        raise ValueError(
+            f"mojolearn: {func}: inner dimensions differ for {lay}: a has shape {ash}, "
+            f"b has shape {bsh} (k = {k} vs {kb})"
+        )
+    return m, n, k
+
+
+def _result(func, out, m, n):
+    if out is None:
+        return empty("float32", (m, n), func=func), None
+    ob = out_buf(out, func, "float32", (m, n))
+    return out, ob
+
+
+def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
+    _layout(func, transpose_a, transpose_b)
+    ab = buf(a, func, "a", a_dtypes, ndim=2)
+    bb = buf(b, func, "b", b_dtypes, ndim=2)
+    m, n, k = _shapes(func, ab.shape, bb.shape, transpose_a, transpose_b)
+    res, ob = _result(func, out, m, n)
+    caddr = ob.addr if ob is not None else res.address
+    if m and n:
+        native().gemm_f32((
+            ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
+            int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), get_num_threads(),
+            _SABOTAGE,
+        ))
+    return res
+
+
+def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None):
+    """float32 GEMM under mojolearn.identical.gemm.fp32.v1.
+
+    NN ``a @ b`` with a (m,k), b (k,n); NT (transpose_b) ``a @ b.T`` with b (n,k);
+    TN (transpose_a) ``a.T @ b`` with a (k,m). ``out`` (float32, (m,n),
+    C-contiguous) is written in place and returned. k = 0 gives +0.0 everywhere."""
+    return _run_f32("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",))
+
+
+def matmul_bf16(a, b, *, transpose_a=False, transpose_b=False, out=None):
+    """bf16f32.v1: b is bf16 bits (uint16), a is float32 or bf16 bits; the bits equal
+    ``matmul`` on the exactly widened operands (widening happens in the packing)."""
+    return _run_f32("matmul_bf16", a, b, transpose_a, transpose_b, out,
+                    ("float32", "uint16"), ("uint16",))
+
+
+def _int_operand(func, x, arg, nplanes):
+    """float32 2-D (quantized here) or the quantized tuple -> (planes, exps, rows, k, keep)."""
+    if isinstance(x, tuple):
+        if len(x) != nplanes + 1:
+            want = "(codes, exponents)" if nplanes == 1 else "(hi, lo, exponents)"
+            raise ValueError(
+                f"mojolearn: {func}: {arg} as a quantized tuple must be {want}, "
+                f"got a tuple of {len(x)}"
+            )
+        planes = [buf(p, func, f"{arg}[{i}]", ("int8",), ndim=2) for i, p in enumerate(x[:-1])]
+        for p in planes[1:]:
+            if p.shape != planes[0].shape:
+                raise ValueError(
+                    f"mojolearn: {func}: {arg}'s hi and lo planes differ in shape "
+                    f"({planes[0].shape} vs {p.shape})"
+                )
+        e = buf(x[-1], func, f"{arg}[{nplanes}] (exponents)", ("int32",), ndim=1)
+        rows, k = planes[0].shape
+        if e.shape[0] != rows:
+            raise ValueError(
+                f"mojolearn: {func}: {arg}'s exponents have length {e.shape[0]} but its "
+                f"codes have {rows} rows"
+            )
+        return [p.addr for p in planes], e.addr, rows, k, (planes, e)
+    xb = buf(x, func, arg, ("float32",), ndim=2)
+    return None, None, xb.shape[0], xb.shape[1], xb
+
+
+def _int_gemm(func, a, b, out, nplanes, max_k, rule):
+    ap, ae, m, k, akeep = _int_operand(func, a, "a", nplanes)
+    bp, be, n, kb, bkeep = _int_operand(func, b, "b", nplanes)
+    if k != kb:
+        raise ValueError(
+            f"mojolearn: {func}: a is (m={m}, k={k}) and b is (n={n}, k={kb}): "
+            "the product is a @ b.T, so both need the same k"
+        )
+    if k > max_k:
+        raise ValueError(
+            f"mojolearn: {func}: k = {k} is outside the domain of rule {rule} "
+            f"(k <= {max_k}); split the product along k yourself or use matmul (fp32.v1)"
+        )
+    res, ob = _result(func, out, m, n)
+    caddr = ob.addr if ob is not None else res.address
+    quant = _convert.quantize_int8 if nplanes == 1 else _convert.quantize_int15
+    if ap is None:
+        qa = quant(akeep.keep)
+        ap, ae, akeep = [q.address for q in qa[:-1]], qa[-1].address, qa
+    if bp is None:
+        qb = quant(bkeep.keep)
+        bp, be, bkeep = [q.address for q in qb[:-1]], qb[-1].address, qb
+    if m and n:
+        if nplanes == 1:
+            native().gemm_int8((ap[0], ae, bp[0], be, caddr, m, n, k,
+                                get_num_threads(), _SABOTAGE))
+        else:
+            native().gemm_int15((ap[0], ap[1], ae, bp[0], bp[1], be, caddr, m, n, k,
+                                 get_num_threads(), _SABOTAGE))
+    return res
+
+
+def matmul_int8(a, b, *, out=None):
+    """int8i32.v1: ``a @ b.T``; each operand float32 (m,k)/(n,k) or (codes, exponents).
+    Output ftz(f32(S) * pow2f(ea[i] + eb[j])) with S the exact integer sum; k <= 131072 (L-7)."""
+    return _int_gemm("matmul_int8", a, b, out, 1, INT8_MAX_K, "L-7")
+
+
+def matmul_int15(a, b, *, out=None):
+    """int15i64.v1: ``a @ b.T``; each operand float32 or (hi, lo, exponents).
+    Output as int8i32.v1 with 15-bit codes; k <= 65536 (W-4)."""
+    return _int_gemm("matmul_int15", a, b, out, 2, INT15_MAX_K, "W-4")

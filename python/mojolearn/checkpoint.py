@@ -1,0 +1,331 @@
+"""Checkpoints: weights (float32, bf16 bits, int8 codes) in safetensors files.
+
+THE FILE
+    A plain safetensors file, written and read by the ``safetensors`` package
+    (its framework-free ``serialize_file`` / ``deserialize``; NumPy is not
+    needed). Tensors are stored as they are held, so other tools read them:
+
+    - a float32 tensor (any rank)  -> an ``F32`` tensor under its own name;
+    - a ``BF16Weight``             -> a ``BF16`` tensor (other tools see bf16);
+    - an ``Int8Weight``            -> an ``I8`` tensor of codes under its own
+      name plus an ``I32`` tensor of per-row exponents named
+      ``<name>.int8_exponents`` (``EXPONENTS_SUFFIX``). Names ending in that
+      suffix are reserved: ``save`` refuses them as weight names.
+
+    Nothing is converted on the way in or out, so a round trip is exact, bit
+    for bit (NaN payloads, -0.0, subnormals and all).
+
+THE NUMERIC PROFILE
+    ``save(path, weights, numeric_profile=name)`` writes
+    ``profiles.state_field(name)`` into the file's metadata: nothing for
+    fp32_v1 (an fp32_v1 checkpoint's bytes never change), and
+    ``{"numeric_profile": name}`` for any other profile. ``numeric_profile=None``
+    writes no field either: a plain weight file, read back as fp32_v1.
+    ``load(path)`` adopts the profile that wrote the file
+    (``profiles.adopt_saved``); ``load(path, numeric_profile=name)`` refuses a
+    file written under another profile (``profiles.check_saved``). An unknown
+    profile in the file is refused by name.
+
+WHAT LOAD RETURNS
+    ``Checkpoint(weights, numeric_profile)``, a named tuple: ``weights`` is a
+    dict (sorted by name) of ``mojolearn.Array`` (float32) / ``BF16Weight`` /
+    ``Int8Weight``, ``numeric_profile`` the profile name (str). A ``BF16``
+    tensor that is not 2-D (a bias or norm from another tool) is widened
+    exactly to a float32 Array, since ``BF16Weight`` holds matrices only. A
+    dtype other than F32, BF16, I8 and its I32 exponents is refused.
+
+SAFE WRITES
+    ``save`` writes a temporary file in the target's directory, flushes it to
+    disk and renames it over the target in one step (``os.replace``). A crash
+    or error mid-write leaves the old file intact, and the temporary file is
+    removed. A truncated or corrupt file is refused by ``load`` with ValueError.
+
+READING THE METADATA
+    The framework-free ``deserialize`` returns tensors but not the metadata,
+    and ``safe_open`` imports NumPy. So, after ``deserialize`` has validated
+    the whole file, ``load`` reads the ``__metadata__`` entry of the JSON
+    header that the format documents (8-byte little-endian length, then the
+    JSON). No other part of the format is handled here.
+
+ERRORS
+    Every message starts with ``mojolearn:`` and names the function, the
+    argument or file, the refused value, the reason and the way out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import tempfile
+from typing import NamedTuple
+
+import safetensors
+
+from . import profiles
+from ._array import empty
+from ._buffers import read, to_array
+from .lowbit import BF16Weight, Int8Weight, widen_bf16
+
+__all__ = ["save", "load", "Checkpoint", "EXPONENTS_SUFFIX"]
+
+EXPONENTS_SUFFIX = ".int8_exponents"
+
+# mojolearn dtype -> (safetensors constructor name, header code)
+_ST_DTYPE = {
+    "float32": ("float32", "F32"),
+    "uint16": ("bfloat16", "BF16"),
+    "int8": ("int8", "I8"),
+    "int32": ("int32", "I32"),
+}
+_ITEMSIZE = {"float32": 4, "uint16": 2, "int8": 1, "int32": 4}
+
+
+class Checkpoint(NamedTuple):
+    """What ``load`` returns: the weights dict and the numeric profile name."""
+
+    weights: dict
+    numeric_profile: str
+
+
+# ---------------------------------------------------------------------------
+# save
+# ---------------------------------------------------------------------------
+
+
+def _spec(specs: dict, keep: list, key: str, obj, dtype: str, arg: str):
+    """Add a TensorSpec for ``obj`` (a ``dtype`` buffer) under ``key``."""
+    b = read(obj, func="checkpoint.save", arg=arg, lists=True)
+    if not b.c_contiguous or isinstance(obj, (list, tuple)):
+        obj = to_array(obj, func="checkpoint.save", arg=arg, lists=True)
+        b = read(obj, func="checkpoint.save", arg=arg)
+    keep.append(b.keep)
+    keep.append(obj)
+    specs[key] = safetensors.TensorSpec(
+        dtype=_ST_DTYPE[dtype][0],
+        shape=[int(d) for d in b.shape],
+        data_ptr=int(b.addr) if b.size else 0,
+        data_len=b.size * _ITEMSIZE[dtype],
+    )
+
+
+def _specs(weights: dict):
+    specs, keep = {}, []
+    for name, v in weights.items():
+        if not isinstance(name, str):
+            raise TypeError(
+                f"mojolearn: checkpoint.save: weight names must be str, got "
+                f"{type(name).__name__} ({name!r}); name every tensor with a str"
+            )
+        if name.endswith(EXPONENTS_SUFFIX):
+            raise ValueError(
+                f"mojolearn: checkpoint.save: weight name {name!r} ends with "
+                f"{EXPONENTS_SUFFIX!r}, which is reserved for the exponents of int8 "
+                f"weights; rename the tensor"
+            )
+        arg = f"weights[{name!r}]"
+        if isinstance(v, BF16Weight):
+            _spec(specs, keep, name, v.bits, "uint16", arg)
+        elif isinstance(v, Int8Weight):
+            _spec(specs, keep, name, v.codes, "int8", arg)
+            _spec(specs, keep, name + EXPONENTS_SUFFIX, v.exponents, "int32", arg)
+        else:
+            b = read(v, func="checkpoint.save", arg=arg, lists=True)
+            if b.dtype != "float32":
+                raise TypeError(
+                    f"mojolearn: checkpoint.save: {arg} has dtype {b.dtype}; a "
+                    f"checkpoint holds float32 tensors, BF16Weight and Int8Weight; "
+                    f"wrap bf16 bits in BF16Weight, int8 codes in Int8Weight, or "
+                    f"convert the tensor to float32 (mojolearn never casts silently)"
+                )
+            _spec(specs, keep, name, v, "float32", arg)
+    return specs, keep
+
+
+def _new_file_mode(path: str) -> int:
+    """Permission bits for the written file: the old file's, or what a plain
+    open() would give (0o666 less the umask)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        pass
+    umask = None
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    umask = int(line.split()[1], 8)
+                    break
+    except (OSError, ValueError):
+        pass
+    if umask is None:  # pragma: no cover - systems without /proc
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def save(path, weights, numeric_profile=None) -> None:
+    """Write ``weights`` to the safetensors file ``path``, atomically.
+
+    ``weights``: dict of name -> float32 tensor (any buffer or nested lists),
+    BF16Weight or Int8Weight. ``numeric_profile``: the profile the weights were
+    computed in; its ``state_field`` goes into the metadata (see the module
+    docstring).
+    """
+    path = os.fspath(path)
+    if not isinstance(weights, dict):
+        raise TypeError(
+            f"mojolearn: checkpoint.save: weights must be a dict of name -> tensor, "
+            f"got {type(weights).__name__}; pass e.g. {{'w': tensor}}"
+        )
+    metadata = None
+    if numeric_profile is not None:
+        metadata = dict(profiles.state_field(numeric_profile)) or None
+    specs, keep = _specs(weights)
+
+    directory = os.path.dirname(os.path.abspath(path))
+    mode = _new_file_mode(path)
+    fd, tmp = tempfile.mkstemp(
+        prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        os.chmod(tmp, mode)
+        try:
+            safetensors.serialize_file(specs, tmp, metadata=metadata)
+        except safetensors.SafetensorError as e:
+            raise ValueError(
+                f"mojolearn: checkpoint.save: safetensors refused to write {path!r} "
+                f"({e}); check the tensors' shapes and names"
+            ) from e
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    finally:
+        del keep  # the buffers behind the TensorSpec pointers lived until here
+    _fsync_dir(directory)
+
+
+# ---------------------------------------------------------------------------
+# load
+# ---------------------------------------------------------------------------
+
+
+def _corrupt(path: str, why: str) -> ValueError:
+    return ValueError(
+        f"mojolearn: checkpoint.load: {path!r} is not a readable safetensors "
+        f"checkpoint ({why}); the file is truncated, corrupt or of another kind; "
+        f"restore it from a good copy or save it again"
+    )
+
+
+def _array(dtype: str, t: dict):
+    """A mojolearn.Array holding the bytes of one deserialized tensor."""
+    data = t["data"]
+    out = empty(dtype, tuple(int(d) for d in t["shape"]), func="checkpoint.load")
+    if out.nbytes != len(data):  # pragma: no cover - the library checks this
+        raise ValueError(
+            f"mojolearn: checkpoint.load: tensor of shape {t['shape']} has "
+            f"{len(data)} bytes, expected {out.nbytes}; the file is corrupt"
+        )
+    if out.nbytes:
+        src = read(data, func="checkpoint.load", arg="tensor data")
+        ctypes.memmove(out.address, src.addr, out.nbytes)
+    return out
+
+
+def _metadata(path: str, data: bytes) -> dict:
+    try:
+        n = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + n])
+        meta = header.get("__metadata__") or {}
+    except (ValueError, AttributeError) as e:  # pragma: no cover - validated already
+        raise _corrupt(path, f"unreadable header: {e}") from None
+    if not isinstance(meta, dict):  # pragma: no cover - validated already
+        raise _corrupt(path, "the header's __metadata__ is not a mapping")
+    return meta
+
+
+def load(path, numeric_profile=None) -> Checkpoint:
+    """Read a checkpoint written by ``save`` (or any safetensors file of F32,
+    BF16 and I8 + I32-exponent tensors). Returns ``Checkpoint(weights,
+    numeric_profile)``; see the module docstring."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"mojolearn: checkpoint.load: no file at {path!r}; check the path "
+            f"(checkpoint.save writes one)"
+        ) from None
+    try:
+        items = safetensors.deserialize(data)
+    except MemoryError:
+        raise
+    except Exception as e:  # the library's refusal of a malformed file
+        raise _corrupt(path, str(e)) from None
+    state = _metadata(path, data)
+    del data
+
+    what = f"checkpoint {path!r}"
+    if numeric_profile is None:
+        profile = profiles.adopt_saved(state, None, what=what, use="inference")
+    else:
+        profile = profiles.check_saved(state, numeric_profile, what)
+
+    tensors = dict(items)
+    del items
+    weights = {}
+    for name in sorted(tensors):
+        t = tensors.pop(name, None)
+        if t is None:  # an exponents tensor, already taken with its codes
+            continue
+        dt, shape = t["dtype"], list(t["shape"])
+        if dt == "F32":
+            weights[name] = _array("float32", t)
+        elif dt == "BF16":
+            bits = _array("uint16", t)
+            weights[name] = BF16Weight(bits) if len(shape) == 2 else widen_bf16(bits)
+        elif dt == "I8":
+            e = tensors.pop(name + EXPONENTS_SUFFIX, None)
+            if len(shape) != 2 or e is None or e["dtype"] != "I32" \
+                    or list(e["shape"]) != shape[:1]:
+                got = "missing" if e is None else f"{e['dtype']} of shape {e['shape']}"
+                raise _corrupt(
+                    path,
+                    f"int8 tensor {name!r} of shape {shape} needs an I32 tensor "
+                    f"{name + EXPONENTS_SUFFIX!r} of shape {shape[:1]}, found {got}",
+                )
+            weights[name] = Int8Weight(_array("int8", t), _array("int32", e))
+        elif dt == "I32" and name.endswith(EXPONENTS_SUFFIX):
+            raise _corrupt(
+                path,
+                f"exponents tensor {name!r} has no I8 codes tensor "
+                f"{name[:-len(EXPONENTS_SUFFIX)]!r}",
+            )
+        else:
+            raise ValueError(
+                f"mojolearn: checkpoint.load: tensor {name!r} in {path!r} has dtype "
+                f"{dt}; a checkpoint holds F32, BF16 and I8 (with I32 exponents) "
+                f"tensors only; convert the file's tensors to one of these first"
+            )
+    return Checkpoint(weights, profile)
