@@ -339,6 +339,9 @@ def test_save_refuses_bad_weights(tmp_path):
     with pytest.raises(ValueError) as e:
         save(p, {"w.int8_exponents": special_f32()})
     mojolearn_error(e, "'w.int8_exponents'", "reserved")
+    with pytest.raises(FileNotFoundError) as e:
+        save(tmp_path / "no_such_dir" / "m.safetensors", {"f": special_f32()})
+    mojolearn_error(e, "checkpoint.save", "no_such_dir", "does not exist")
     assert list(tmp_path.iterdir()) == []
 
 

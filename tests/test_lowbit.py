@@ -330,9 +330,11 @@ def test_pack_refuses_bad_format_and_dtype():
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_unpack_pack_unpack_is_identity(fmt):
-    """Rule unpack: unpack(pack(unpack(p)[0], fmt)) == unpack(p), bit for bit."""
-    src = {"w": special_matrix(), "v": f32(2, 3, scale=1e-3), "b": f32(5),
-           "c": f32(2, 2, 2)}
+    """Rule unpack: unpack(pack(unpack(p)[0], fmt)) == unpack(p), bit for bit
+    (NaN, inf, -0.0, zero and huge rows; tiny int8 rows: see the next test)."""
+    w = special_matrix()
+    w[4, :] = f32(13) * np.float32(1e-36)   # smallest rows whose int8 exponent is >= -126
+    src = {"w": w, "v": f32(2, 3, scale=1e-3), "b": f32(5), "c": f32(2, 2, 2)}
     p = pack(src, fmt)
     first, f1 = unpack(p)
     again, f2 = unpack(pack(first, fmt))
@@ -341,6 +343,20 @@ def test_unpack_pack_unpack_is_identity(fmt):
     for k in first:
         assert isinstance(first[k], _array.Array) and first[k].dtype == "float32"
         assert same_bits(first[k], again[k]), k
+
+
+def test_unpack_pack_unpack_tiny_int8_rows_equal_as_values():
+    """Rule unpack (documented edge of v1): an int8 row with exponent < -126
+    dequantizes to signed zeros; packed again they read +0.0 - equal as values."""
+    x = np.array([[1e-37, -5e-38, 0.0], [1.0, -2.0, 3.0]], np.float32)
+    p = pack({"w": x}, "int8")
+    assert np.asarray(p["w"].exponents)[0] < -126
+    first, _ = unpack(p)
+    again, _ = unpack(pack(first, "int8"))
+    a, b = np.asarray(first["w"]), np.asarray(again["w"])
+    assert np.array_equal(a, b)                       # == holds
+    assert same_bits(a[1], b[1])                      # ordinary rows: bit for bit
+    assert bits32(a[0]).tolist() == [0, 0x80000000, 0] and bits32(b[0]).tolist() == [0, 0, 0]
 
 
 def test_unpack_widens_exactly():

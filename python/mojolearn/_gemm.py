@@ -6,6 +6,9 @@ the Mojo kernels; it never touches the data. Results are ``mojolearn.Array``.
 """
 from __future__ import annotations
 
+import ctypes
+import threading
+
 from ._array import Array, empty
 from ._native_loader import native
 from ._threads import get_num_threads
@@ -19,6 +22,26 @@ INT15_MAX_K = 65536  # rule W-4
 
 # conformance --sabotage only: perturbs the kernels so the checks can be seen failing
 _SABOTAGE = 0
+
+
+# Packing workspace, kept per Python thread and reused across calls (fresh buffers
+# cost page faults on every call). The kernel reports the size it needed; a buffer
+# that was too small is replaced for the next call (the kernel used a temporary one).
+_tls = threading.local()
+_WS_CACHE_MAX = 512 * 1024 * 1024
+
+
+def _ws():
+    w = getattr(_tls, "ws", None)
+    if w is None:
+        return 0, 0
+    return ctypes.addressof(w), len(w)
+
+
+def _ws_fit(need: int):
+    w = getattr(_tls, "ws", None)
+    if need > (len(w) if w is not None else 0) and need <= _WS_CACHE_MAX:
+        _tls.ws = (ctypes.c_byte * need)()
 
 
 def _layout(func, transpose_a, transpose_b):
@@ -64,11 +87,14 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
     res, ob = _result(func, out, m, n)
     caddr = ob.addr if ob is not None else res.address
     if m and n:
-        native().gemm_f32((
+        wa, wn = _ws()
+        need = native().gemm_f32((
             ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
             int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), get_num_threads(),
-            _SABOTAGE,
+            _SABOTAGE, wa, wn,
         ))
+        if need > wn:
+            _ws_fit(need)
     return res
 
 

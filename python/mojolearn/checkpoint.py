@@ -197,12 +197,16 @@ def save(path, weights, numeric_profile=None) -> None:
     specs, keep = _specs(weights)
 
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(
+            f"mojolearn: checkpoint.save: the directory of {path!r} does not exist; "
+            f"create {directory!r} first"
+        )
     mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(
         prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     os.close(fd)
     try:
-        os.chmod(tmp, mode)
         try:
             safetensors.serialize_file(specs, tmp, metadata=metadata)
         except safetensors.SafetensorError as e:
@@ -210,6 +214,7 @@ def save(path, weights, numeric_profile=None) -> None:
                 f"mojolearn: checkpoint.save: safetensors refused to write {path!r} "
                 f"({e}); check the tensors' shapes and names"
             ) from e
+        os.chmod(tmp, mode)  # after writing: the library may recreate the file
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

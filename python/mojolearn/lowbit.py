@@ -20,9 +20,14 @@ WHAT GETS PACKED
     packed in another format, it is widened to float32 and then packed.
 
 ROUND TRIP
-    ``unpack(pack(unpack(p)[0], fmt)) == unpack(p)`` bit for bit, for every ``p``
-    that ``pack`` made (bf16 bits that ``to_bf16`` never produces - subnormal
-    bits and signalling NaNs - are quieted or flushed when packed again).
+    ``unpack(pack(unpack(p)[0], fmt)) == unpack(p)``, bit for bit, for every
+    ``p`` that ``pack`` made, with two edges that the v1 arithmetic fixes and
+    Python does not paper over:
+    - bf16 bits that ``to_bf16`` never produces (subnormal bits, signalling
+      NaNs) are flushed or quieted when packed again;
+    - an int8 row whose exponent is below -126 (every |x| under about 2**-120)
+      dequantizes to signed zeros, which pack again as +0.0: equal as values,
+      not as bits.
 
 WHERE THE WORK IS DONE
     Python here only checks arguments and moves buffers. Every conversion runs

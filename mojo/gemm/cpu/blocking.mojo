@@ -12,6 +12,7 @@ comptime NV = 2
 comptime NR = NV * W
 comptime MR = 12 if W >= 16 else 6
 comptime MC = 12 * MR
+comptime NCS = 512
 comptime PACK_B_BYTES = 16 * 1024 * 1024
 
 

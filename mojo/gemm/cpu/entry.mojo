@@ -6,8 +6,11 @@ from max.algorithm import parallelize
 from common.ptr import F32Ptr
 from common.fpstate import enter_contract_mode, leave_contract_mode
 from common.tasks import chunk_bounds
-from gemm.cpu.blocking import MR, NR
-from gemm.cpu.fp32_v1 import GemmArgs, f32_block
+from gemm.cpu.blocking import MR, NR, MC, leaf_size, round_up
+from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
+from gemm.cpu.tree import ftz
+from std.memory.alloc import unsafe_alloc
+from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -15,15 +18,21 @@ def _arg(args: PythonObject, i: Int) raises -> Int:
 
 
 def gemm_f32(args: PythonObject) raises -> PythonObject:
-    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, tasks, sabotage)."""
+    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, tasks, sabotage,
+    workspace address, workspace bytes). Returns the workspace bytes this call
+    needed: the caller keeps a buffer that large for the next call (a workspace
+    that is too small is replaced by a temporary one)."""
     var g = GemmArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6) != 0, _arg(args, 7) != 0, _arg(args, 8) != 0,
         _arg(args, 9) != 0, _arg(args, 11) != 0,
     )
     var tasks = max(1, _arg(args, 10))
+    var ws_addr = _arg(args, 12)
+    var ws_bytes = _arg(args, 13)
     var m = g.m
     var n = g.n
+    var need_total = 0
     ref cpy = Python().cpython()
     var st = cpy.PyEval_SaveThread()
     if g.k == 0:
@@ -34,26 +43,84 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         # split the columns when there are enough NR panels, else the rows
         var npan = (n + NR - 1) // NR
         var mpan = (m + MR - 1) // MR
-        var split_n = npan >= 2 * tasks or npan >= mpan
+        var small_m = m <= MC
+        var rows_path = m <= ROWS_MAX and not g.trans_b and not g.b_bf16
+        var split_n = small_m or npan >= 2 * tasks or npan >= mpan
         var units = npan if split_n else mpan
         var t_count = max(1, min(tasks, units))
+        var rows = m
+        var cols = n
+        if split_n:
+            cols = chunk_bounds(n, t_count, 0, NR)[1]
+        else:
+            rows = chunk_bounds(m, t_count, 0, MR)[1]
+        var per_task = f32_small_ws(g, rows, cols) if small_m else f32_block_ws(g, rows, cols)
+        var kparts = 1
+        var L = leaf_size(g.k)
+        var nleaves = (g.k + L - 1) // L
+        var psplit = split_point(nleaves)
+        if rows_path:
+            # decode shapes: split the leaf tree at its root between two tasks so each
+            # streams whole rows of B; other tasks split the columns
+            if tasks >= 2 and nleaves >= 2:
+                kparts = 2
+            t_count = kparts * max(1, min(tasks // kparts, npan))
+            cols = chunk_bounds(n, t_count // kparts, 0, NR)[1]
+            per_task = rows_ws(g, cols) + round_up(m * cols, 16)
+        need_total = per_task * t_count * 4
+        var own = ws_bytes < need_total
+        var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
+            per_task * t_count, alignment=64
+        ).unsafe_origin_cast[MutAnyOrigin]()
 
-        def work(t: Int) {imm g, imm t_count, imm split_n}:
+        def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm kparts, imm nleaves, imm psplit}:
+            var w = ws.unsafe_offset(t * per_task)
             var old = enter_contract_mode()
-            if split_n:
+            if rows_path:
+                var kp = t % kparts
+                var b = chunk_bounds(g.n, t_count // kparts, t // kparts, NR)
+                var cptr = F32Ptr(unsafe_from_address=g.c)
+                if kparts == 1:
+                    f32_rows(g, 0, g.m, b[0], b[1], 0, nleaves, cptr.unsafe_offset(b[0]), g.n, w)
+                elif kp == 0:
+                    f32_rows(g, 0, g.m, b[0], b[1], 0, psplit, cptr.unsafe_offset(b[0]), g.n, w)
+                else:
+                    var tmp = w.unsafe_offset(per_task - round_up(g.m * (b[1] - b[0]), 16))
+                    f32_rows(g, 0, g.m, b[0], b[1], psplit, nleaves, tmp, b[1] - b[0], w)
+            elif split_n:
                 var b = chunk_bounds(g.n, t_count, t, NR)
-                f32_block(g, 0, g.m, b[0], b[1])
+                if small_m:
+                    f32_block_small_m(g, 0, g.m, b[0], b[1], w)
+                else:
+                    f32_block(g, 0, g.m, b[0], b[1], w)
             else:
                 var b = chunk_bounds(g.m, t_count, t, MR)
-                f32_block(g, b[0], b[1], 0, g.n)
+                f32_block(g, b[0], b[1], 0, g.n, w)
             leave_contract_mode(old)
 
         if t_count == 1:
             work(0)
         else:
             parallelize(work, t_count)
+        if rows_path and kparts == 2:
+            # the root of the tree: C = ftz(left + right), the right subtree having been
+            # left by task (2c + 1) at the end of its workspace
+            var old = enter_contract_mode()
+            var cptr = F32Ptr(unsafe_from_address=g.c)
+            for cp in range(t_count // 2):
+                var b = chunk_bounds(n, t_count // 2, cp, NR)
+                var w1 = ws.unsafe_offset((2 * cp + 1) * per_task)
+                var nc = b[1] - b[0]
+                var tmp = w1.unsafe_offset(per_task - round_up(m * nc, 16))
+                for i in range(m):
+                    for j in range(nc):
+                        var x = cptr.unsafe_load(i * n + b[0] + j) + tmp.unsafe_load(i * nc + j)
+                        cptr.unsafe_store(i * n + b[0] + j, ftz[1](x))
+            leave_contract_mode(old)
+        if own:
+            ws.unsafe_free()
     cpy.PyEval_RestoreThread(st)
-    return PythonObject(None)
+    return PythonObject(need_total)
 
 
 def register_gemm(mut m: PythonModuleBuilder) raises:

@@ -11,9 +11,9 @@ MC x NC block - packing panels only, bounded by PACK_B_BYTES.
 """
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W, MC, PACK_B_BYTES, leaf_size, round_up, bit_length
-from gemm.cpu.pack_f32 import pack_a, pack_b
-from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed
+from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, leaf_size, round_up, bit_length
+from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
+from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
 
 
@@ -38,7 +38,17 @@ def nc_for(k: Int, ncols: Int) -> Int:
     return min(nc, round_up(ncols, NR))
 
 
-def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int):
+def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
+    """Workspace floats f32_block needs for a block of i_rows x j_cols."""
+    var L = leaf_size(g.k)
+    var nleaves = (g.k + L - 1) // L
+    var nc_max = nc_for(g.k, j_cols)
+    var mc_pad = round_up(min(MC, i_rows), MR)
+    var nslots = mc_pad * nc_max * bit_length(nleaves) if nleaves > 1 else NR
+    return round_up(nc_max * g.k, 16) + round_up(mc_pad * L, 16) + round_up(nslots, 16)
+
+
+def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr):
     var m = g.m
     var n = g.n
     var k = g.k
@@ -52,11 +62,10 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int):
     var levels = bit_length(nleaves)
     var nc_max = nc_for(k, j_hi - j_lo)
     var mc_pad = round_up(min(MC, i_hi - i_lo), MR)
-    var bpack = unsafe_alloc[Float32](nc_max * k, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
-    var apack = unsafe_alloc[Float32](mc_pad * L, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var bpack = ws
+    var apack = ws.unsafe_offset(round_up(nc_max * k, 16))
     var level_stride = mc_pad * nc_max
-    var nslots = level_stride * levels if nleaves > 1 else NR
-    var slots = unsafe_alloc[Float32](nslots, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var slots = apack.unsafe_offset(round_up(mc_pad * L, 16))
     var acc = Acc(fill=SIMD[DType.float32, W](0))
     var jc = j_lo
     while jc < j_hi:
@@ -78,14 +87,73 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int):
                         var mr = min(MR, mc - ip * MR)
                         var ap = apack.unsafe_offset(ip * MR * lk)
                         if g.sabotage and p == nleaves - 1:
-                            ukernel_leaf_reversed(ap, bp, lk, acc)
+                            ukernel_leaf_reversed(ap, bp, lk, NR, acc)
                         else:
-                            ukernel_leaf(ap, bp, lk, acc)
+                            ukernel_leaf(ap, bp, lk, NR, acc)
                         var tile_off = (jp * mpan + ip) * MR * NR
                         var cp = cptr.unsafe_offset((ic + ip * MR) * n + jc + jp * NR)
                         finish_tile(acc, p, nleaves, levels, slots, level_stride, tile_off, cp, n, mr, nr)
             ic += MC
         jc += nc_max
-    bpack.unsafe_free()
-    apack.unsafe_free()
-    slots.unsafe_free()
+
+
+def f32_small_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
+    """Workspace floats f32_block_small_m needs for a block of i_rows x j_cols."""
+    var L = leaf_size(g.k)
+    var nleaves = (g.k + L - 1) // L
+    var mpan = (i_rows + MR - 1) // MR
+    var ncs = min(NCS, round_up(j_cols, NR))
+    var slots = mpan * MR * ncs * max(bit_length(nleaves), 1)
+    return round_up(mpan * MR * g.k, 16) + round_up((ncs // NR) * panel_stride(L), 16) + round_up(slots, 16)
+
+
+def f32_block_small_m(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr):
+    """The same arithmetic for few rows (i_hi - i_lo <= MC): A is packed once over all
+    of k; B is packed one leaf at a time for a chunk of NCS columns (a block that
+    stays in L2), so B streams from memory once, row segments read contiguously.
+    Tree slots cover one chunk."""
+    var n = g.n
+    var k = g.k
+    if i_hi <= i_lo or j_hi <= j_lo:
+        return
+    var cptr = F32Ptr(unsafe_from_address=g.c)
+    var lda = g.m if g.trans_a else k
+    var ldb = k if g.trans_b else n
+    var L = leaf_size(k)
+    var nleaves = (k + L - 1) // L
+    var levels = bit_length(nleaves)
+    var mc = i_hi - i_lo
+    var mpan = (mc + MR - 1) // MR
+    var ncs = min(NCS, round_up(j_hi - j_lo, NR))
+    var apack = ws
+    var bleaf = ws.unsafe_offset(round_up(mpan * MR * k, 16))
+    var level_stride = mpan * MR * ncs
+    var slots = bleaf.unsafe_offset(round_up((ncs // NR) * panel_stride(L), 16))
+    # A over all of k, leaf by leaf: panel ip of leaf p at (p*L*mpan + ip*lk)*MR
+    for p in range(nleaves):
+        var k0 = p * L
+        var lk = min(L, k - k0)
+        pack_a(g.a, g.a_bf16, g.trans_a, lda, i_lo, mc, k0, lk, apack.unsafe_offset(k0 * mpan * MR))
+    var acc = Acc(fill=SIMD[DType.float32, W](0))
+    var jc = j_lo
+    while jc < j_hi:
+        var nc = min(ncs, j_hi - jc)
+        var npan = (nc + NR - 1) // NR
+        for p in range(nleaves):
+            var k0 = p * L
+            var lk = min(L, k - k0)
+            pack_b_rows(g.b, g.b_bf16, g.trans_b, ldb, jc, nc, k0, lk, bleaf)
+            for jp in range(npan):
+                var nr = min(NR, nc - jp * NR)
+                var bp = bleaf.unsafe_offset(jp * panel_stride(lk))
+                for ip in range(mpan):
+                    var mr = min(MR, mc - ip * MR)
+                    var ap = apack.unsafe_offset((k0 * mpan + ip * lk) * MR)
+                    if g.sabotage and p == nleaves - 1:
+                        ukernel_leaf_reversed(ap, bp, lk, NR, acc)
+                    else:
+                        ukernel_rows(ap, bp, lk, NR, mr, acc)
+                    var cp = cptr.unsafe_offset((i_lo + ip * MR) * n + jc + jp * NR)
+                    var tile_off = (jp * mpan + ip) * MR * NR
+                    finish_tile(acc, p, nleaves, levels, slots, level_stride, tile_off, cp, n, mr, nr)
+        jc += ncs

@@ -86,3 +86,54 @@ def pack_b(
             for jj in range(cols, NR):
                 for kk in range(k):
                     d.unsafe_store(kk * NR + jj, Float32(0))
+
+
+@always_inline
+def panel_stride(lk: Int) -> Int:
+    return lk * NR + 16
+
+
+def pack_b_rows(
+    src: Int, b_bf16: Bool, trans_b: Bool, ldb: Int,
+    j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Ptr,
+):
+    """B[k0:k0+lk, j0:j0+nc] into NR-column panels of lk rows each, panel p at
+    p * panel_stride(lk) (padded so the panels do not alias in the L1 sets)."""
+    var ps = panel_stride(lk)
+    var panels = (nc + NR - 1) // NR
+    if not trans_b and not b_bf16:
+        var s = F32Ptr(unsafe_from_address=src)
+        var full = nc // NR
+        for kk in range(lk):
+            var row = s.unsafe_offset((k0 + kk) * ldb + j0)
+            for p in range(full):
+                comptime for v in range(NR // W):
+                    dst.unsafe_store(p * ps + kk * NR + v * W, row.unsafe_load[width=W](p * NR + v * W))
+        if full < panels:
+            var cols = nc - full * NR
+            for kk in range(lk):
+                var row = s.unsafe_offset((k0 + kk) * ldb + j0 + full * NR)
+                for jj in range(cols):
+                    dst.unsafe_store(full * ps + kk * NR + jj, row.unsafe_load(jj))
+                for jj in range(cols, NR):
+                    dst.unsafe_store(full * ps + kk * NR + jj, Float32(0))
+        return
+    for p in range(panels):
+        var d = dst.unsafe_offset(p * ps)
+        var cols = min(NR, nc - p * NR)
+        var jb = j0 + p * NR
+        if not trans_b:
+            for kk in range(lk):
+                var base = (k0 + kk) * ldb + jb
+                for jj in range(cols):
+                    d.unsafe_store(kk * NR + jj, _get(src, base + jj, b_bf16))
+                for jj in range(cols, NR):
+                    d.unsafe_store(kk * NR + jj, Float32(0))
+        else:
+            for jj in range(cols):
+                var base = (jb + jj) * ldb + k0
+                for kk in range(lk):
+                    d.unsafe_store(kk * NR + jj, _get(src, base + kk, b_bf16))
+            for jj in range(cols, NR):
+                for kk in range(lk):
+                    d.unsafe_store(kk * NR + jj, Float32(0))

@@ -16,20 +16,23 @@ comptime Acc = Array[SIMD[DType.float32, W], MR * NV]
 
 
 @always_inline
-def ukernel_leaf(a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
+def ukernel_leaf[R: Int = MR](a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc):
+    """a: MR values per kk; b: NR values per kk, rows ldb apart (NR when packed).
+    Only the first R rows are computed (R < MR for short edge tiles); the others
+    are left at +0 and never stored."""
     comptime for q in range(MR * NV):
         acc[q] = SIMD[DType.float32, W](0)
     for kk in range(lk):
         var bv = Array[SIMD[DType.float32, W], NV](fill=SIMD[DType.float32, W](0))
         comptime for v in range(NV):
-            bv[v] = b.unsafe_load[width=W](kk * NR + v * W)
-        comptime for i in range(MR):
+            bv[v] = b.unsafe_load[width=W](kk * ldb + v * W)
+        comptime for i in range(R):
             var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
             comptime for v in range(NV):
                 acc[i * NV + v] = fma(av, bv[v], acc[i * NV + v])
 
 
-def ukernel_leaf_reversed(a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
+def ukernel_leaf_reversed(a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc):
     """SABOTAGE ONLY: the same leaf summed in descending kk order. The conformance
     run's --sabotage uses it to prove the checks notice a changed order."""
     comptime for q in range(MR * NV):
@@ -39,5 +42,22 @@ def ukernel_leaf_reversed(a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
         comptime for i in range(MR):
             var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
             comptime for v in range(NV):
-                acc[i * NV + v] = fma(av, b.unsafe_load[width=W](kk * NR + v * W), acc[i * NV + v])
+                acc[i * NV + v] = fma(av, b.unsafe_load[width=W](kk * ldb + v * W), acc[i * NV + v])
         kk -= 1
+
+
+@always_inline
+def ukernel_rows(a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, rows: Int, mut acc: Acc):
+    """The micro-kernel for a tile with `rows` valid rows (no wasted FMAs on tiny m)."""
+    if rows >= MR:
+        ukernel_leaf[MR](a, b, lk, ldb, acc)
+    elif rows == 1:
+        ukernel_leaf[1](a, b, lk, ldb, acc)
+    elif rows == 2:
+        ukernel_leaf[2](a, b, lk, ldb, acc)
+    elif rows <= 4:
+        ukernel_leaf[4](a, b, lk, ldb, acc)
+    elif rows <= 6:
+        ukernel_leaf[6](a, b, lk, ldb, acc)
+    else:
+        ukernel_leaf[MR](a, b, lk, ldb, acc)
