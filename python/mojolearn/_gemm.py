@@ -165,12 +165,15 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule):
         qb = quant(bkeep.keep)
         bp, be, bkeep = [q.address for q in qb[:-1]], qb[-1].address, qb
     if m and n:
+        wa, wn = _ws()
         if nplanes == 1:
-            native().gemm_int8((ap[0], ae, bp[0], be, caddr, m, n, k,
-                                get_num_threads(), _SABOTAGE))
+            need = native().gemm_int8((ap[0], ae, bp[0], be, caddr, m, n, k,
+                                       get_num_threads(), _SABOTAGE, wa, wn))
         else:
-            native().gemm_int15((ap[0], ap[1], ae, bp[0], bp[1], be, caddr, m, n, k,
-                                 get_num_threads(), _SABOTAGE))
+            need = native().gemm_int15((ap[0], ap[1], ae, bp[0], bp[1], be, caddr, m, n, k,
+                                        get_num_threads(), _SABOTAGE, wa, wn))
+        if need > wn:
+            _ws_fit(need)
     return res
 
 

@@ -9,6 +9,9 @@ from common.tasks import chunk_bounds
 from gemm.cpu.blocking import MR, NR, MC, leaf_size, round_up
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
 from gemm.cpu.tree import ftz
+from gemm.cpu.int_gemm import IntArgs, int_block, int_ws
+from gemm.cpu.pack_int import IMR, INR
+from common.ptr import U32Ptr
 from std.memory.alloc import unsafe_alloc
 from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws
 
@@ -123,5 +126,84 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     return PythonObject(need_total)
 
 
+def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
+    """Split the output over tasks (columns when there are enough panels, else rows)."""
+    var npan = (g.n + INR - 1) // INR
+    var mpan = (g.m + IMR - 1) // IMR
+    var split_n = npan >= 2 * tasks or npan >= mpan
+    var units = npan if split_n else mpan
+    var t_count = max(1, min(tasks, units))
+    var rows = g.m
+    var cols = g.n
+    if split_n:
+        cols = chunk_bounds(g.n, t_count, 0, INR)[1]
+    else:
+        rows = chunk_bounds(g.m, t_count, 0, IMR)[1]
+    var per_task = int_ws(g, rows, cols)
+    var need = per_task * t_count * 4
+    var own = ws_bytes < need
+    var ws = U32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[UInt32](
+        per_task * t_count, alignment=64
+    ).unsafe_origin_cast[MutAnyOrigin]()
+
+    def work(t: Int) {imm g, imm t_count, imm split_n, imm ws, imm per_task}:
+        var w = ws.unsafe_offset(t * per_task)
+        var old = enter_contract_mode()
+        if split_n:
+            var b = chunk_bounds(g.n, t_count, t, INR)
+            int_block(g, 0, g.m, b[0], b[1], w)
+        else:
+            var b = chunk_bounds(g.m, t_count, t, IMR)
+            int_block(g, b[0], b[1], 0, g.n, w)
+        leave_contract_mode(old)
+
+    if t_count == 1:
+        work(0)
+    else:
+        parallelize(work, t_count)
+    if own:
+        ws.unsafe_free()
+    if g.sabotage:
+        # SABOTAGE ONLY (conformance --sabotage): flip the low bit of C[0, 0]
+        var c = U32Ptr(unsafe_from_address=g.c)
+        c.unsafe_store(0, c.unsafe_load(0) ^ 1)
+    return need
+
+
+def gemm_int8(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a codes, a exps, b codes, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
+    var g = IntArgs(
+        _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 4),
+        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0,
+    )
+    var tasks = max(1, _arg(args, 8))
+    var ws_addr = _arg(args, 10)
+    var ws_bytes = _arg(args, 11)
+    ref cpy = Python().cpython()
+    var st = cpy.PyEval_SaveThread()
+    var need = _int_call(g, tasks, ws_addr, ws_bytes)
+    cpy.PyEval_RestoreThread(st)
+    return PythonObject(need)
+
+
+def gemm_int15(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a hi, a lo, a exps, b hi, b lo, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
+    var g = IntArgs(
+        _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
+        _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9), True,
+        _arg(args, 11) != 0,
+    )
+    var tasks = max(1, _arg(args, 10))
+    var ws_addr = _arg(args, 12)
+    var ws_bytes = _arg(args, 13)
+    ref cpy = Python().cpython()
+    var st = cpy.PyEval_SaveThread()
+    var need = _int_call(g, tasks, ws_addr, ws_bytes)
+    cpy.PyEval_RestoreThread(st)
+    return PythonObject(need)
+
+
 def register_gemm(mut m: PythonModuleBuilder) raises:
     m.def_function[gemm_f32]("gemm_f32")
+    m.def_function[gemm_int8]("gemm_int8")
+    m.def_function[gemm_int15]("gemm_int15")

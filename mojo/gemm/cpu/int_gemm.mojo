@@ -1,0 +1,181 @@
+"""int8i32.v1 and int15i64.v1 on the CPU: loop nest and epilogue (lowbit contract
+L-5/L-7, W-2/W-4).
+
+S[i, j] is the exact integer sum of code products; any order gives the same S,
+so the loop nest is free: per task, for each chunk of columns pack B (all of k),
+for each block of rows pack A, then one micro-kernel run over all of k per tile.
+int15 runs its 15-bit codes as four int8-piece products
+  S = HH * 2**14 + (HL + LH) * 2**7 + LL   (H = hi plane, L = lo plane)
+each an int32 sum (exact for k <= 65536), combined in int64.
+Output: ftz(f32(S) * pow2f(ea[i] + eb[j])), f32 rounding to nearest even.
+"""
+from std.memory import bitcast
+from std.collections import Array
+from common.ptr import F32Ptr, I8Ptr, I32Ptr, U32Ptr
+from gemm.cpu.blocking import round_up
+from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
+from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int
+from gemm.cpu.tree import ftz
+
+comptime IMC = 8 * IMR
+comptime INT_PACK_B_BYTES = 8 * 1024 * 1024
+
+
+@fieldwise_init
+struct IntArgs(ImplicitlyCopyable, Movable):
+    var a_hi: Int  # int8 codes (int8 profile) or the hi plane (int15)
+    var a_lo: Int  # lo plane (int15 only)
+    var ea: Int
+    var b_hi: Int
+    var b_lo: Int
+    var eb: Int
+    var c: Int
+    var m: Int
+    var n: Int
+    var k: Int
+    var int15: Bool
+    var sabotage: Bool
+
+
+@always_inline
+def _scale(e: SIMD[DType.int32, IW]) -> SIMD[DType.float32, IW]:
+    """pow2f(e): +inf above 127, +0 below -126."""
+    var bits = ((e + 127) << 23).cast[DType.uint32]()
+    bits = e.gt(127).select(SIMD[DType.uint32, IW](0x7F800000), bits)
+    bits = e.lt(-126).select(SIMD[DType.uint32, IW](0), bits)
+    return bitcast[DType.float32, IW](bits)
+
+
+def nc_int(k: Int, ncols: Int) -> Int:
+    var per_col = (kgroups(k) * 4 + 4)
+    var nc = (INT_PACK_B_BYTES // per_col) // INR * INR
+    nc = max(INR, min(nc, 4096))
+    return min(nc, round_up(ncols, INR))
+
+
+def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
+    """Workspace (32-bit words) for one task's block."""
+    var kg = kgroups(g.k)
+    var planes = 2 if g.int15 else 1
+    var nc = nc_int(g.k, cols)
+    var mc = round_up(min(IMC, rows), IMR)
+    return planes * (round_up(nc * kg, 16) + round_up(nc, 16) + round_up(mc * kg, 16))
+
+
+@always_inline
+def _store(
+    g: IntArgs, s: SIMD[DType.float32, IW], ea_i: Int32, eb: I32Ptr, i: Int, j: Int, nr: Int
+):
+    var e = SIMD[DType.int32, IW](ea_i) + _load_eb(eb, j, nr)
+    var out = ftz[IW](s * _scale(e))
+    var c = F32Ptr(unsafe_from_address=g.c).unsafe_offset(i * g.n + j)
+    if nr >= IW:
+        c.unsafe_store(0, out)
+    else:
+        for l in range(nr):
+            c.unsafe_store(l, out[l])
+
+
+@always_inline
+def _load_eb(eb: I32Ptr, j: Int, nr: Int) -> SIMD[DType.int32, IW]:
+    if nr >= IW:
+        return eb.unsafe_load[width=IW](j)
+    var v = SIMD[DType.int32, IW](0)
+    for l in range(nr):
+        v[l] = eb.unsafe_load(j + l)
+    return v
+
+
+def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
+    if i_hi <= i_lo or j_hi <= j_lo:
+        return
+    var k = g.k
+    var kg = kgroups(k)
+    var nc_max = nc_int(k, j_hi - j_lo)
+    var mc_pad = round_up(min(IMC, i_hi - i_lo), IMR)
+    var bsz = round_up(nc_max * kg, 16)
+    var csz = round_up(nc_max, 16)
+    var asz = round_up(mc_pad * kg, 16)
+    var b_h = ws
+    var cs_h = ws.unsafe_offset(bsz).unsafe_bitcast[Int32]()
+    var a_h = ws.unsafe_offset(bsz + csz)
+    var base2 = bsz + csz + asz
+    var b_l = ws.unsafe_offset(base2)
+    var cs_l = ws.unsafe_offset(base2 + bsz).unsafe_bitcast[Int32]()
+    var a_l = ws.unsafe_offset(base2 + bsz + csz)
+    var ahp = I8Ptr(unsafe_from_address=g.a_hi)
+    var alp = I8Ptr(unsafe_from_address=g.a_lo)
+    var bhp = I8Ptr(unsafe_from_address=g.b_hi)
+    var blp = I8Ptr(unsafe_from_address=g.b_lo)
+    var ea = I32Ptr(unsafe_from_address=g.ea)
+    var eb = I32Ptr(unsafe_from_address=g.eb)
+    var acc = IAcc(fill=SIMD[DType.int32, IW](0))
+    var acc2 = IAcc(fill=SIMD[DType.int32, IW](0))
+    var jc = j_lo
+    while jc < j_hi:
+        var nc = min(nc_max, j_hi - jc)
+        pack_b_int(bhp, k, jc, nc, k, b_h, cs_h)
+        if g.int15:
+            pack_b_int(blp, k, jc, nc, k, b_l, cs_l)
+        var npan = (nc + INR - 1) // INR
+        var ic = i_lo
+        while ic < i_hi:
+            var mc = min(IMC, i_hi - ic)
+            var mpan = (mc + IMR - 1) // IMR
+            pack_a_int(ahp, k, ic, mc, k, True, a_h)
+            if g.int15:
+                pack_a_int(alp, k, ic, mc, k, True, a_l)
+            for jp in range(npan):
+                var nr = min(INR, nc - jp * INR)
+                var bph = b_h.unsafe_offset(jp * INR * kg)
+                var bpl = b_l.unsafe_offset(jp * INR * kg)
+                for ip in range(mpan):
+                    var mr = min(IMR, mc - ip * IMR)
+                    var aph = a_h.unsafe_offset(ip * IMR * kg)
+                    var apl = a_l.unsafe_offset(ip * IMR * kg)
+                    if not g.int15:
+                        comptime for q in range(IMR * INV):
+                            acc[q] = SIMD[DType.int32, IW](0)
+                        ukernel_int(aph, bph, kg, acc)
+                        for i in range(mr):
+                            comptime for v in range(INV):
+                                var jj = jp * INR + v * IW
+                                if jj < nc:
+                                    var csum = cs_h.unsafe_load[width=IW](jj)
+                                    var s = acc[i * INV + v] - csum * 128
+                                    var f = s.cast[DType.float32]()
+                                    _store(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
+                    else:
+                        # HH' and HL' (A hi offset by +128)
+                        comptime for q in range(IMR * INV):
+                            acc[q] = SIMD[DType.int32, IW](0)
+                            acc2[q] = SIMD[DType.int32, IW](0)
+                        ukernel_int(aph, bph, kg, acc)
+                        ukernel_int(aph, bpl, kg, acc2)
+                        var hh = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
+                        var mid = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
+                        comptime for i in range(IMR):
+                            comptime for v in range(INV):
+                                var ch = cs_h.unsafe_load[width=IW](jp * INR + v * IW)
+                                var cl = cs_l.unsafe_load[width=IW](jp * INR + v * IW)
+                                hh[i * INV + v] = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
+                                mid[i * INV + v] = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
+                        # LH' and LL' (A lo offset by +128)
+                        comptime for q in range(IMR * INV):
+                            acc[q] = SIMD[DType.int32, IW](0)
+                            acc2[q] = SIMD[DType.int32, IW](0)
+                        ukernel_int(apl, bph, kg, acc)
+                        ukernel_int(apl, bpl, kg, acc2)
+                        for i in range(mr):
+                            comptime for v in range(INV):
+                                var jj = jp * INR + v * IW
+                                if jj < nc:
+                                    var ch = cs_h.unsafe_load[width=IW](jj)
+                                    var cl = cs_l.unsafe_load[width=IW](jj)
+                                    var lh = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
+                                    var ll = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
+                                    var s = (hh[i * INV + v] << 14) + ((mid[i * INV + v] + lh) << 7) + ll
+                                    var f = s.cast[DType.float32]()
+                                    _store(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
+            ic += IMC
+        jc += nc_max
