@@ -1,0 +1,40 @@
+"""mojolearn: identical matrix-product arithmetic, the same bits on every vendor.
+
+    import mojolearn
+    from mojolearn import linalg
+    c = linalg.matmul(a, b)            # fp32.v1: one fixed reduction order
+    q = linalg.quantize_int15(w)       # 15-bit codes + a power-of-two exponent per row
+    y = linalg.matmul_int15(x, q)      # int15i64.v1: exact integer sums
+
+Modules: linalg (kernels), profiles (the numeric-profile table), lowbit (weight
+storage), checkpoint (safetensors files). The contracts live in contracts/.
+"""
+from ._array import Array
+from ._device import vendor
+from ._threads import get_num_threads, set_num_threads
+from . import linalg, profiles
+from .profiles import (
+    NumericProfileSpeedWarning,
+    numeric_profile,
+    set_numeric_profile,
+)
+from .profiles import measured as numeric_profile_measured
+from .profiles import profiles as numeric_profiles
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # lowbit and checkpoint are imported on first use (checkpoint needs safetensors)
+    if name in ("lowbit", "checkpoint"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'mojolearn' has no attribute {name!r}")
+
+
+__all__ = [
+    "Array", "vendor", "get_num_threads", "set_num_threads", "linalg", "profiles",
+    "lowbit", "checkpoint", "NumericProfileSpeedWarning", "numeric_profile",
+    "set_numeric_profile", "numeric_profiles", "numeric_profile_measured",
+]

@@ -228,8 +228,8 @@ def to_array(obj, *, func: str, arg: str, lists: bool = False) -> Array:
             ctypes.memmove(ctypes.addressof(out), b.addr, out.nbytes)
         else:
             from . import _native_loader
-            _native_loader.native().strided_copy(
+            _native_loader.native().strided_copy((
                 b.addr, ctypes.addressof(out), b.itemsize, len(b.shape),
                 list(b.shape), list(b.strides),
-            )
+            ))
     return out

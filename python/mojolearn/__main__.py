@@ -1,0 +1,19 @@
+"""python -m mojolearn conformance ...  (see mojolearn.conformance)."""
+import sys
+
+
+def _main() -> int:
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: python -m mojolearn conformance [--golden FILE] [--export FILE] "
+              "[--sabotage] [--quiet]\n       python -m mojolearn conformance diff A.json B.json")
+        return 0 if args else 2
+    if args[0] == "conformance":
+        from .conformance import main
+
+        return main(args[1:])
+    print(f"mojolearn: unknown command {args[0]!r}; commands: conformance", file=sys.stderr)
+    return 2
+
+
+sys.exit(_main())

@@ -1,0 +1,320 @@
+"""The conformance run: every lane of this build against the committed golden hashes.
+
+    python -m mojolearn conformance [--golden FILE] [--export FILE] [--sabotage] [--quiet]
+    python -m mojolearn conformance diff A.json B.json
+
+WHAT IT CHECKS
+    Each lane (a GEMM profile in one layout, or a converter) runs over seeded
+    fixtures; each result is hashed with the published convention (sha256 over the
+    dtype string, the shape string and the C-order bytes of each array, first 16
+    hex digits) and compared with contracts/golden/v1.json. The golden hashes are
+    computed by the independent numpy oracle (tests/oracle.py) from the contract,
+    not by these kernels (contracts/golden/make_golden.py).
+
+FIXTURES ARE PORTABLE
+    Inputs are built from integers only (Python's seeded Mersenne Twister and bit
+    patterns), so every machine builds the same bits without numpy or libm.
+
+EXIT STATUS
+    0 every lane matches; 1 a mismatch (each one named: lane and fixture);
+    2 an error (missing golden file, a lane that raised, ...).
+
+--sabotage perturbs the kernels (one leaf summed in reverse order for the float
+profiles, one low bit for the integer ones): the run MUST then fail; a test
+checks that it does.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import struct
+import sys
+import time
+from pathlib import Path
+
+from . import _array, linalg
+from ._device import vendor
+
+HERE = Path(__file__).resolve().parent
+GOLDEN_CANDIDATES = (
+    HERE / "_golden" / "v1.json",
+    HERE.parents[1] / "contracts" / "golden" / "v1.json",
+)
+
+
+# ------------------------------------------------------------------ hashing
+def part_hash(*arrays) -> str:
+    """First 16 hex digits of sha256 over (str(dtype), str(shape), bytes) per array."""
+    h = hashlib.sha256()
+    for a in arrays:
+        if isinstance(a, _array.Array):
+            dtype, shape, data = a.dtype, tuple(a.shape), a.tobytes()
+        else:  # numpy arrays (the oracle side)
+            dtype, shape, data = str(a.dtype), tuple(a.shape), a.tobytes(order="C")
+        h.update(str(dtype).encode())
+        h.update(str(shape).encode())
+        h.update(data)
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ fixtures
+def _f32_from_bits(bits):
+    return struct.unpack(f"<{len(bits)}f", struct.pack(f"<{len(bits)}I", *bits))
+
+
+def _rand_bits(rng: random.Random, count: int, kind: str):
+    out = []
+    for _ in range(count):
+        sign = rng.getrandbits(1) << 31
+        mant = rng.getrandbits(23)
+        if kind == "standard":
+            exp = 127 + rng.choice((-4, -3, -2, -2, -1, -1, -1, 0, 0, 0, 1, 1))
+        elif kind == "negative":
+            sign = 1 << 31
+            exp = 127 + rng.choice((-3, -2, -1, 0, 0, 1))
+        elif kind == "wide_range":
+            exp = 127 + rng.randint(-60, 60)
+        elif kind == "subnormal":
+            r = rng.random()
+            if r < 0.4:
+                exp = 0  # subnormal (or zero when mant == 0)
+            elif r < 0.5:
+                exp, mant = 0, 0  # signed zero
+            elif r < 0.8:
+                exp = rng.randint(1, 4)  # just above 2**-126
+            else:
+                exp = 127 + rng.randint(-2, 1)
+        elif kind == "integer_ties":
+            v = rng.randint(-16, 16) / 2.0  # halves: ties for the quantizers
+            out.append(struct.unpack("<I", struct.pack("<f", v))[0])
+            continue
+        else:
+            raise ValueError(kind)
+        out.append(sign | (exp << 23) | mant)
+    return out
+
+
+def matrix(seed: int, kind: str, rows: int, cols: int) -> _array.Array:
+    """A seeded float32 (rows, cols) fixture built from integer bit patterns."""
+    rng = random.Random(f"{seed}:{kind}:{rows}x{cols}")
+    arr = _array.empty("float32", (rows, cols))
+    if rows * cols:
+        flat = memoryview(arr).cast("B").cast("I")
+        flat[:] = __import__("array").array("I", _rand_bits(rng, rows * cols, kind))
+    return arr
+
+
+def bf16_matrix(seed: int, kind: str, rows: int, cols: int) -> _array.Array:
+    return linalg.to_bf16(matrix(seed, kind, rows, cols))
+
+
+FIXTURES = {
+    # name: (kind, m, n, k)
+    "standard": ("standard", 33, 47, 300),
+    "integer_ties": ("integer_ties", 16, 20, 129),
+    "wide_range": ("wide_range", 9, 35, 257),
+    "subnormal": ("subnormal", 13, 33, 140),
+    "negative": ("negative", 7, 64, 256),
+    "odd_shapes": ("standard", 61, 73, 79),
+    "decode_rows": ("standard", 3, 70, 1000),
+    "large_k": ("standard", 2, 3, 131073),
+}
+INT_LARGE_K = {"int8i32.v1": 131072, "int15i64.v1": 65536}
+
+
+def _transpose(x: _array.Array) -> _array.Array:
+    """A C-contiguous transposed copy (byte moves only, through the strided copy)."""
+    from ._buffers import Buf, to_array
+
+    r, c = x.shape
+    isz = _array.itemsize(x.dtype)
+    view = Buf(x.address, x.dtype, (c, r), (isz, c * isz), False, x)
+    return to_array(_StridedView(view), func="conformance", arg="fixture")
+
+
+class _StridedView:
+    """Exposes a Buf through __array_interface__ (used to build transposed copies)."""
+
+    def __init__(self, b):
+        self._b = b
+        ts = {"float32": "<f4", "uint16": "<u2", "int8": "|i1", "int32": "<i4"}[b.dtype]
+        self.__array_interface__ = {
+            "version": 3, "shape": b.shape, "typestr": ts,
+            "data": (b.addr, True), "strides": b.strides,
+        }
+
+
+def lanes():
+    """(lane, fixture, thunk) for every check; thunks return a tuple of Arrays."""
+    out = []
+    for fx, (kind, m, n, k) in FIXTURES.items():
+        a = lambda kind=kind, m=m, k=k: matrix(1, kind, m, k)
+        b_kn = lambda kind=kind, n=n, k=k: matrix(2, kind, k, n)
+        # fp32.v1 in the three layouts (the same product: same golden)
+        out.append(("fp32.v1/NN", fx, lambda a=a, b=b_kn: (linalg.matmul(a(), b()),)))
+        out.append(("fp32.v1/NT", fx, lambda a=a, b=b_kn: (
+            linalg.matmul(a(), _transpose(b()), transpose_b=True),)))
+        out.append(("fp32.v1/TN", fx, lambda a=a, b=b_kn: (
+            linalg.matmul(_transpose(a()), b(), transpose_a=True),)))
+        if k <= 70000:
+            ab = lambda a=a: linalg.to_bf16(a())
+            bb = lambda b=b_kn: linalg.to_bf16(b())
+            out.append(("bf16f32.v1/NN", fx, lambda ab=ab, bb=bb: (linalg.matmul_bf16(ab(), bb()),)))
+            out.append(("bf16f32.v1/NT", fx, lambda ab=ab, bb=bb: (
+                linalg.matmul_bf16(ab(), _transpose(bb()), transpose_b=True),)))
+            out.append(("bf16f32.v1/TN", fx, lambda ab=ab, bb=bb: (
+                linalg.matmul_bf16(_transpose(ab()), bb(), transpose_a=True),)))
+        ki8 = min(k, INT_LARGE_K["int8i32.v1"])
+        ki15 = min(k, INT_LARGE_K["int15i64.v1"])
+        a8 = lambda kind=kind, m=m, k=ki8: matrix(1, kind, m, k)
+        b8 = lambda kind=kind, n=n, k=ki8: matrix(3, kind, n, k)
+        a15 = lambda kind=kind, m=m, k=ki15: matrix(1, kind, m, k)
+        b15 = lambda kind=kind, n=n, k=ki15: matrix(3, kind, n, k)
+        out.append(("int8i32.v1", fx, lambda a=a8, b=b8: (linalg.matmul_int8(a(), b()),)))
+        out.append(("int15i64.v1", fx, lambda a=a15, b=b15: (linalg.matmul_int15(a(), b()),)))
+        if k <= 1000:
+            out.append(("convert/to_bf16", fx, lambda a=a: (linalg.to_bf16(a()),)))
+            out.append(("convert/from_bf16", fx, lambda a=a: (
+                linalg.from_bf16(_bits16(a())),)))
+            out.append(("convert/quantize_int8", fx, lambda a=a: linalg.quantize_int8(a())))
+            out.append(("convert/dequantize_int8", fx, lambda a=a: (
+                linalg.dequantize_int8(*linalg.quantize_int8(a())),)))
+            out.append(("convert/quantize_int15", fx, lambda a=a: linalg.quantize_int15(a())))
+            out.append(("convert/dequantize_int15", fx, lambda a=a: (
+                linalg.dequantize_int15(*linalg.quantize_int15(a())),)))
+    return out
+
+
+def _bits16(x: _array.Array) -> _array.Array:
+    """Every float32's low 16 bits as a bf16 pattern (all 65536 patterns appear over
+    the fixtures, NaNs and subnormals included): a byte view, no arithmetic."""
+    out = _array.empty("uint16", x.shape)
+    src = memoryview(x).cast("B").cast("H")
+    memoryview(out).cast("B").cast("H")[:] = src[0::2]
+    return out
+
+
+# ------------------------------------------------------------------ the run
+def box() -> str:
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return name
+
+
+def load_golden(path=None) -> dict:
+    cands = [Path(path)] if path else list(GOLDEN_CANDIDATES)
+    for p in cands:
+        if p.exists():
+            with open(p) as f:
+                return json.load(f)
+    raise FileNotFoundError(
+        "mojolearn: conformance: no golden file found (looked at "
+        + ", ".join(str(c) for c in cands) + "); pass --golden FILE"
+    )
+
+
+def run(golden: dict | None, quiet=False, sabotage=False, stream=sys.stdout):
+    from . import _gemm
+
+    results, mismatches = {}, []
+    prev = _gemm._SABOTAGE
+    _gemm._SABOTAGE = 1 if sabotage else 0
+    try:
+        todo = lanes()
+        t0 = time.time()
+        for i, (lane, fx, thunk) in enumerate(todo, 1):
+            key = f"{lane}:{fx}"
+            h = part_hash(*thunk())
+            results[key] = h
+            want = golden["hashes"].get(key) if golden else None
+            status = "ok" if want == h else ("NEW" if want is None else "MISMATCH")
+            if status != "ok":
+                mismatches.append((key, want, h))
+            if not quiet:
+                print(f"[{i:3d}/{len(todo)}] {key:45s} {h} {status} ({time.time() - t0:.1f}s)",
+                      file=stream, flush=True)
+    finally:
+        _gemm._SABOTAGE = prev
+    return results, mismatches
+
+
+def column(results: dict) -> dict:
+    import importlib.metadata as md
+
+    def ver(p):
+        try:
+            return md.version(p)
+        except md.PackageNotFoundError:
+            return None
+
+    from ._native_loader import native
+
+    return {
+        "vendor": vendor(), "box": box(), "native": native().__name__,
+        "versions": {"mojolearn": "0.1.0", "max": ver("max"), "python": platform.python_version()},
+        "convention": "sha256(str(dtype) + str(shape) + C-order bytes per array)[:16]",
+        "hashes": results,
+    }
+
+
+def diff(a_path, b_path, stream=sys.stdout) -> int:
+    with open(a_path) as f:
+        a = json.load(f)
+    with open(b_path) as f:
+        b = json.load(f)
+    ha, hb = a["hashes"], b["hashes"]
+    bad = 0
+    for key in sorted(set(ha) | set(hb)):
+        if ha.get(key) != hb.get(key):
+            bad += 1
+            print(f"DIFFER {key}: {a.get('vendor')}/{a.get('box')}={ha.get(key)} "
+                  f"{b.get('vendor')}/{b.get('box')}={hb.get(key)}", file=stream)
+    print(f"{len(set(ha) | set(hb)) - bad} lanes identical, {bad} differ", file=stream)
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "diff":
+        if len(argv) != 3:
+            print("usage: python -m mojolearn conformance diff A.json B.json", file=sys.stderr)
+            return 2
+        try:
+            return diff(argv[1], argv[2])
+        except (OSError, ValueError, KeyError) as e:
+            print(f"mojolearn: conformance diff: {e}", file=sys.stderr)
+            return 2
+    ap = argparse.ArgumentParser(prog="python -m mojolearn conformance")
+    ap.add_argument("--golden", default=None)
+    ap.add_argument("--export", default=None)
+    ap.add_argument("--sabotage", action="store_true")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        golden = load_golden(args.golden)
+        results, mism = run(golden, quiet=args.quiet, sabotage=args.sabotage)
+    except Exception as e:  # an error is exit 2, never a crash without a message
+        print(f"mojolearn: conformance: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    if args.export:
+        with open(args.export, "w") as f:
+            json.dump(column(results), f, indent=1, sort_keys=True)
+    from ._native_loader import native
+
+    print(f"conformance ({native().__name__}, {vendor()}, {box()}): "
+          f"{len(results) - len(mism)} lanes match, {len(mism)} mismatch")
+    for key, want, got in mism:
+        lane, fx = key.split(":")
+        print(f"MISMATCH lane={lane} fixture={fx} golden={want} got={got}")
+    return 1 if mism else 0

@@ -1,0 +1,46 @@
+"""mojolearn.linalg: identical matrix products and the converters.
+
+THE PROFILES (contracts/gemm/)
+    matmul        mojolearn.identical.gemm.fp32.v1     float32, one fixed order
+    matmul_bf16   mojolearn.identical.gemm.bf16f32.v1  bf16 widened exactly, then fp32.v1
+    matmul_int8   mojolearn.identical.gemm.int8i32.v1  int8 codes, exact integer sum
+    matmul_int15  mojolearn.identical.gemm.int15i64.v1 15-bit codes, exact integer sum
+
+THE CONVERTERS
+    to_bf16 / from_bf16, quantize_int8 / dequantize_int8, quantize_int15 /
+    dequantize_int15.
+
+Every function computes in the Mojo extension; Python only checks arguments.
+Results are mojolearn.Array (zero-copy through memoryview / numpy.asarray).
+"""
+from ._convert import (
+    dequantize_int8,
+    dequantize_int15,
+    from_bf16,
+    quantize_int8,
+    quantize_int15,
+    to_bf16,
+)
+from ._gemm import INT8_MAX_K, INT15_MAX_K, matmul, matmul_bf16, matmul_int8, matmul_int15
+
+PROFILE_NAMES = {
+    "matmul": "mojolearn.identical.gemm.fp32.v1",
+    "matmul_bf16": "mojolearn.identical.gemm.bf16f32.v1",
+    "matmul_int8": "mojolearn.identical.gemm.int8i32.v1",
+    "matmul_int15": "mojolearn.identical.gemm.int15i64.v1",
+}
+
+
+def backend() -> str:
+    """Which backend serves these calls: "cpu" in this build (no silent fallback)."""
+    from ._device import vendor
+
+    return vendor()
+
+
+__all__ = [
+    "matmul", "matmul_bf16", "matmul_int8", "matmul_int15",
+    "to_bf16", "from_bf16", "quantize_int8", "dequantize_int8",
+    "quantize_int15", "dequantize_int15", "INT8_MAX_K", "INT15_MAX_K",
+    "PROFILE_NAMES", "backend",
+]
