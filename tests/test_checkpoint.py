@@ -23,7 +23,8 @@ RNG = np.random.default_rng(7)
 
 
 def header(path):
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     n = int.from_bytes(data[:8], "little")
     return json.loads(data[8:8 + n])
 
@@ -364,7 +365,8 @@ def test_crash_mid_write_keeps_old_file(tmp_path, monkeypatch):
 
     def half_then_crash(specs, filename, metadata=None):
         real(specs, filename, metadata=metadata)
-        data = open(filename, "rb").read()
+        with open(filename, "rb") as f:
+            data = f.read()
         with open(filename, "wb") as f:
             f.write(data[: len(data) // 2])
         raise OSError(28, "No space left on device (simulated)")

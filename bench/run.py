@@ -1,0 +1,325 @@
+"""make bench: every operation timed against its baseline, in one process.
+
+Each case runs mojolearn and its peer(s) interleaved (ours, peer, ours, peer, ...)
+and reports medians; after a numpy/torch call the run sleeps SETTLE seconds so
+OpenBLAS's busy-waiting worker threads park before the next contender is timed
+(otherwise they steal a core). Results are checked after timing. The table is
+printed and written to bench/results/<vendor>-<box>.json with a header (machine,
+versions, commit, command, date) and a PNG plot beside it. The fixed15_v1 row of
+mojolearn.profiles.MEASURED is read from that file.
+
+    PYTHONPATH=python .venv/bin/python bench/run.py [--quick] [--reps N] [--only SUBSTR]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+import mojolearn  # noqa: E402
+from mojolearn import linalg  # noqa: E402
+from mojolearn.conformance import box  # noqa: E402
+
+try:
+    import torch  # noqa: F401
+
+    torch.set_num_threads(mojolearn.get_num_threads())
+except Exception:  # torch is an optional peer
+    torch = None
+
+SETTLE = 0.35
+RESULTS = ROOT / "bench" / "results"
+
+
+def now():
+    return time.perf_counter()
+
+
+def timed(fn):
+    t = now()
+    r = fn()
+    return now() - t, r
+
+
+def race(contenders, reps, settle_after):
+    """contenders: {name: fn}. Interleaved reps; returns {name: (median_s, all)}."""
+    times = {k: [] for k in contenders}
+    for name, fn in contenders.items():  # warm-up (page faults, caches)
+        fn()
+        if name in settle_after:
+            time.sleep(SETTLE)
+    for _ in range(reps):
+        for name, fn in contenders.items():
+            dt, _ = timed(fn)
+            times[name].append(dt)
+            if name in settle_after:
+                time.sleep(SETTLE)
+    return {k: (statistics.median(v), v) for k, v in times.items()}
+
+
+def numpy_quantize_int8(x):
+    """A numpy-written int8 quantizer (the baseline; not the contract's oracle)."""
+    absmax = np.nanmax(np.abs(x), axis=1)
+    e = np.where(absmax > 0, np.frexp(absmax)[1] - 1 - 6, 0).astype(np.int32)
+    codes = np.clip(np.rint(x * np.ldexp(np.float32(1), -e)[:, None]), -127, 127)
+    return np.nan_to_num(codes).astype(np.int8), e
+
+
+def rel_err(got, ref):
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
+
+
+class Bench:
+    def __init__(self, reps, only):
+        self.reps = reps
+        self.only = only
+        self.rows = []
+        self.t0 = now()
+
+    def case(self, name, op, profile, shape, contenders, ours="mojolearn", peer=None,
+             settle=("numpy", "torch"), check=None, flops=None, extra=None):
+        if self.only and self.only not in name:
+            return None
+        print(f"  [{now() - self.t0:6.1f}s] {name} ...", end="", flush=True)
+        res = race(contenders, self.reps, set(settle))
+        row = {"case": name, "op": op, "profile": profile, "shape": list(shape),
+               "median_ms": {k: v[0] * 1e3 for k, v in res.items()},
+               "reps_ms": {k: [round(t * 1e3, 4) for t in v[1]] for k, v in res.items()}}
+        if peer and peer in res:
+            row["peer"] = peer
+            row["ratio"] = res[peer][0] / res[ours][0]  # > 1: mojolearn faster
+        if flops:
+            row["gflops"] = {k: flops / v[0] / 1e9 for k, v in res.items()}
+        if check is not None:
+            row["check"] = check()
+        if extra:
+            row.update(extra)
+        self.rows.append(row)
+        msg = f" {res[ours][0] * 1e3:9.3f} ms"
+        if "ratio" in row:
+            msg += f"  {row['ratio']:.2f}x vs {peer}"
+        print(msg, flush=True)
+        return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="small shapes, 3 reps (smoke test)")
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    reps = 3 if a.quick else a.reps
+    B = Bench(reps, a.only)
+    rng = np.random.default_rng(0)
+    threads = mojolearn.get_num_threads()
+    print(f"mojolearn bench: {box()}, {threads} threads, {reps} interleaved reps, "
+          f"torch {'yes' if torch else 'not installed'}")
+
+    # ------------------------------------------------ converters, 16 Mi elements
+    side = 1024 if a.quick else 4096
+    x = rng.standard_normal((side, side)).astype(np.float32)
+    bits = np.asarray(linalg.to_bf16(x))
+    print("converters")
+    B.case(f"to_bf16;{side}x{side}", "to_bf16", "L-2", (side, side),
+           {"mojolearn": lambda: linalg.to_bf16(x), "numpy": lambda: x.astype(np.float16)},
+           peer="numpy", check=lambda: "exact vs oracle in tests")
+    B.case(f"from_bf16;{side}x{side}", "from_bf16", "L-1", (side, side),
+           {"mojolearn": lambda: linalg.from_bf16(bits),
+            "numpy": lambda: (bits.astype(np.uint32) << 16).view(np.float32)},
+           peer="numpy")
+    B.case(f"quantize_int8;{side}x{side}", "quantize_int8", "L-3/L-4", (side, side),
+           {"mojolearn": lambda: linalg.quantize_int8(x), "numpy": lambda: numpy_quantize_int8(x)},
+           peer="numpy")
+    B.case(f"quantize_int15;{side}x{side}", "quantize_int15", "W-1/W-2", (side, side),
+           {"mojolearn": lambda: linalg.quantize_int15(x), "numpy": lambda: numpy_quantize_int8(x)},
+           peer="numpy")
+    q8 = linalg.quantize_int8(x)
+    B.case(f"dequantize_int8;{side}x{side}", "dequantize_int8", "L-6", (side, side),
+           {"mojolearn": lambda: linalg.dequantize_int8(*q8),
+            "numpy": lambda: np.asarray(q8[0]).astype(np.float32) * np.ldexp(np.float32(1), np.asarray(q8[1]))[:, None]},
+           peer="numpy")
+
+    # ------------------------------------------------ fp32.v1
+    print("fp32.v1 (numpy = OpenBLAS sgemm)")
+    sizes = [256, 512] if a.quick else [1024, 2048]
+    for s in sizes:
+        A = rng.standard_normal((s, s)).astype(np.float32)
+        Bm = rng.standard_normal((s, s)).astype(np.float32)
+        for lay in ("NN", "NT", "TN"):
+            ta, tb = lay == "TN", lay == "NT"
+            ref = (A.T if ta else A) @ (Bm.T if tb else Bm)
+            f = lambda A=A, Bm=Bm, ta=ta, tb=tb: linalg.matmul(A, Bm, transpose_a=ta, transpose_b=tb)
+            cont = {"mojolearn": f, "numpy": lambda A=A, Bm=Bm, ta=ta, tb=tb: (A.T if ta else A) @ (Bm.T if tb else Bm)}
+            if torch is not None:
+                tA, tB = torch.from_numpy(A), torch.from_numpy(Bm)
+                cont["torch"] = lambda tA=tA, tB=tB, ta=ta, tb=tb: torch.mm(tA.t() if ta else tA, tB.t() if tb else tB)
+            B.case(f"matmul;fp32.v1;{lay};{s};{s};{s}", "matmul", "fp32.v1", (s, s, s), cont,
+                   peer="numpy", flops=2 * s ** 3,
+                   check=lambda f=f, ref=ref: {"max_rel_err_vs_numpy": rel_err(f(), ref)})
+    print("decode shapes (a @ b with b (k, n) for NN; (n, k) for NT)")
+    dn = 1024 if a.quick else 4096
+    W_kn = rng.standard_normal((dn, dn)).astype(np.float32)
+    W_nk = np.ascontiguousarray(W_kn.T)
+    for m in (1, 16):
+        X = rng.standard_normal((m, dn)).astype(np.float32)
+        for lay, Wt in (("NN", W_kn), ("NT", W_nk)):
+            tb = lay == "NT"
+            cont = {"mojolearn": lambda X=X, Wt=Wt, tb=tb: linalg.matmul(X, Wt, transpose_b=tb),
+                    "numpy": lambda X=X, Wt=Wt, tb=tb: X @ (Wt.T if tb else Wt)}
+            B.case(f"matmul;fp32.v1;{lay};{m};{dn};{dn}", "matmul", "fp32.v1", (m, dn, dn), cont,
+                   peer="numpy", flops=2 * m * dn * dn)
+    print("call overhead")
+    t8 = np.ones((8, 8), np.float32)
+    B.case("matmul;fp32.v1;NN;8;8;8", "matmul", "fp32.v1", (8, 8, 8),
+           {"mojolearn": lambda: linalg.matmul(t8, t8), "numpy": lambda: t8 @ t8}, peer="numpy",
+           settle=())
+
+    # ------------------------------------------------ profiles vs fp32.v1
+    print("bf16f32.v1 / int8i32.v1 / int15i64.v1 vs fp32.v1 (a @ b.T)")
+    for s in sizes:
+        A = rng.standard_normal((s, s)).astype(np.float32)
+        Wn = rng.standard_normal((s, s)).astype(np.float32)
+        Wb = linalg.to_bf16(Wn)
+        qa, qw = linalg.quantize_int8(A), linalg.quantize_int8(Wn)
+        ha, hw = linalg.quantize_int15(A), linalg.quantize_int15(Wn)
+        fp = lambda A=A, Wn=Wn: linalg.matmul(A, Wn, transpose_b=True)
+        B.case(f"matmul_bf16;bf16f32.v1;NT;{s};{s};{s}", "matmul_bf16", "bf16f32.v1", (s, s, s),
+               {"fp32.v1": fp, "mojolearn": lambda A=A, Wb=Wb: linalg.matmul_bf16(A, Wb, transpose_b=True)},
+               peer="fp32.v1", settle=(), flops=2 * s ** 3)
+        cont = {"fp32.v1": fp, "mojolearn": lambda qa=qa, qw=qw: linalg.matmul_int8(qa, qw)}
+        if torch is not None:
+            ta8 = torch.from_numpy(np.asarray(qa[0]).copy())
+            tw8 = torch.from_numpy(np.asarray(qw[0]).copy()).t()
+            try:
+                torch._int_mm(ta8, tw8)
+                cont["torch_int_mm"] = lambda ta8=ta8, tw8=tw8: torch._int_mm(ta8, tw8)
+            except Exception as e:  # noqa: BLE001
+                print(f"    (torch._int_mm unavailable here: {type(e).__name__})")
+        B.case(f"matmul_int8;int8i32.v1;prequantized;{s};{s};{s}", "matmul_int8", "int8i32.v1",
+               (s, s, s), cont, peer="fp32.v1", settle=("torch_int_mm",), flops=2 * s ** 3)
+        B.case(f"matmul_int15;int15i64.v1;prequantized;{s};{s};{s}", "matmul_int15", "int15i64.v1",
+               (s, s, s), {"fp32.v1": fp, "mojolearn": lambda ha=ha, hw=hw: linalg.matmul_int15(ha, hw)},
+               peer="fp32.v1", settle=(), flops=2 * s ** 3)
+
+    # ------------------------------------------------ fixed15_v1 at SmolLM2-360M's products
+    print("fixed15_v1 vs fp32_v1 at SmolLM2-360M's four 512-token products")
+    shapes = [("qkv", 512, 1600, 960), ("mlp_up", 512, 5120, 960),
+              ("mlp_down", 512, 960, 2560), ("lm_head", 512, 49152, 960)]
+    if a.quick:
+        shapes = [(n_, 64, n // 8, k) for (n_, m, n, k) in shapes]
+    ratios, tot = [], {"fp32_v1": 0.0, "fixed15_v1": 0.0}
+    for nm, m, n, k in shapes:
+        X = rng.standard_normal((m, k)).astype(np.float32)
+        Wt = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
+        hw = linalg.quantize_int15(Wt)
+        row = B.case(f"fixed15_v1;{nm};{m};{n};{k}", "matmul_int15(x float32, w quantized)",
+                     "fixed15_v1", (m, n, k),
+                     {"fp32_v1": lambda X=X, Wt=Wt: linalg.matmul(X, Wt, transpose_b=True),
+                      "fixed15_v1": lambda X=X, hw=hw: linalg.matmul_int15(X, hw)},
+                     ours="fixed15_v1", peer="fp32_v1", settle=(), flops=2 * m * n * k)
+        if row:
+            over = row["median_ms"]["fixed15_v1"] / row["median_ms"]["fp32_v1"]
+            row["over"] = over
+            ratios.append(over)
+            tot["fp32_v1"] += row["median_ms"]["fp32_v1"]
+            tot["fixed15_v1"] += row["median_ms"]["fixed15_v1"]
+
+    # ------------------------------------------------ write results
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip() or None
+    vend = mojolearn.vendor()
+    bx = box()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    slug = re.sub(r"[^a-z0-9]+", "-", bx.lower()).strip("-")
+    out = Path(a.out) if a.out else RESULTS / f"{vend}-{slug}{'-quick' if a.quick else ''}.json"
+    import importlib.metadata as md
+
+    def ver(p):
+        try:
+            return md.version(p)
+        except md.PackageNotFoundError:
+            return None
+
+    data = {
+        "vendor": vend, "box": bx, "date": stamp, "commit": commit,
+        "command": "make bench" if not a.quick else "bench/run.py --quick",
+        "machine": {"cpu": bx, "cores_used": threads, "platform": platform.platform()},
+        "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
+                     "torch": ver("torch"), "python": platform.python_version()},
+        "method": f"medians of {reps} interleaved reps after one warm-up; {SETTLE}s settle after numpy/torch calls; ratio = peer time / mojolearn time (>1: mojolearn faster)",
+        "cases": B.rows,
+    }
+    if ratios and not a.quick and not a.only:
+        data["profiles"] = {"fixed15_v1": {
+            "over": [round(min(ratios), 3), round(max(ratios), 3)],
+            "box": bx,
+            "what": "matmul_int15 (activations float32, quantized in the call; weights pre-quantized) "
+                    "over matmul fp32.v1 at SmolLM2-360M's 512-token qkv, mlp_up, mlp_down and lm_head "
+                    f"products, {threads} threads; total time ratio {tot['fixed15_v1'] / tot['fp32_v1']:.3f}",
+            "source": f"bench/results/{out.name} (make bench, commit {commit}, {stamp})",
+        }}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+
+    # ------------------------------------------------ table
+    print()
+    print(f"{'case':52s} {'mojolearn ms':>13s} {'peer':>14s} {'peer ms':>10s} {'ratio':>7s}  torch ms")
+    for r in B.rows:
+        ours = r["median_ms"].get("mojolearn", r["median_ms"].get("fixed15_v1"))
+        peer = r.get("peer", "")
+        pm = r["median_ms"].get(peer, float("nan"))
+        tt = r["median_ms"].get("torch", r["median_ms"].get("torch_int_mm"))
+        print(f"{r['case']:52s} {ours:13.3f} {peer:>14s} {pm:10.3f} {r.get('ratio', float('nan')):7.2f}"
+              + (f"  {tt:.3f}" if tt is not None else ""))
+    if "profiles" in data:
+        p = data["profiles"]["fixed15_v1"]
+        print(f"\nfixed15_v1 over fp32_v1 on {vend} ({bx}): {p['over'][0]:.3f} .. {p['over'][1]:.3f} (<1: faster)")
+    print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    try:
+        plot(data, out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.png').relative_to(ROOT) if out.is_relative_to(ROOT) else out.with_suffix('.png')}")
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+    return 0
+
+
+def plot(data, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in data["cases"] if "ratio" in r]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.5))
+    names = [r["case"] for r in rows]
+    vals = [r["ratio"] for r in rows]
+    ax.barh(range(len(rows)), vals, color=["tab:green" if v >= 1 else "tab:orange" for v in vals])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed ratio (peer time / mojolearn time; > 1 = mojolearn faster)")
+    ax.set_title(f"mojolearn {data['versions']['mojolearn']} on {data['box']} ({data['vendor']}), "
+                 f"{data['machine']['cores_used']} threads, commit {data['commit']}, {data['date']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
