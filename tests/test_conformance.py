@@ -1,0 +1,89 @@
+"""The conformance run (fp32 contract, section "Conformance"; rules 6.5 and H-1)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def run_cli(*args, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    env.update(env_extra or {})
+    return subprocess.run([PY, "-m", "mojolearn", "conformance", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_conformance_run_matches_golden():
+    """Conformance: every lane of this build matches contracts/golden/v1.json (exit 0)."""
+    r = run_cli("--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 mismatch" in r.stdout
+
+
+def test_conformance_sabotage_fails_and_names_lanes():
+    """Conformance: --sabotage perturbs a leaf order / a low bit and the run MUST fail (exit 1)."""
+    r = run_cli("--quiet", "--sabotage")
+    assert r.returncode == 1, r.stdout + r.stderr
+    names = [ln for ln in r.stdout.splitlines() if ln.startswith("MISMATCH lane=")]
+    lanes = {ln.split()[1] for ln in names}
+    assert "lane=fp32.v1/NN" in lanes and "lane=int8i32.v1" in lanes and "lane=int15i64.v1" in lanes
+    assert all("fixture=" in ln for ln in names)
+
+
+def test_conformance_missing_golden_is_exit_2(tmp_path):
+    """Conformance: an error (no golden file) exits 2 with a message, never a traceback."""
+    r = run_cli("--golden", str(tmp_path / "nope.json"))
+    assert r.returncode == 2
+    assert "mojolearn: conformance" in r.stderr
+
+
+def test_conformance_export_and_diff(tmp_path):
+    """Conformance: --export writes this box's column; diff of equal columns is 0, of a tampered one 1."""
+    a = tmp_path / "a.json"
+    r = run_cli("--quiet", "--export", str(a))
+    assert r.returncode == 0
+    col = json.loads(a.read_text())
+    assert col["vendor"] == "cpu" and col["box"] and col["versions"]["max"]
+    b = tmp_path / "b.json"
+    col["hashes"]["fp32.v1/NN:standard"] = "0" * 16
+    b.write_text(json.dumps(col))
+    assert run_cli("diff", str(a), str(a)).returncode == 0
+    r2 = run_cli("diff", str(a), str(b))
+    assert r2.returncode == 1 and "fp32.v1/NN:standard" in r2.stdout
+
+
+def test_golden_is_the_oracles_answer():
+    """Conformance: the committed golden hashes are what the independent oracle computes."""
+    r = subprocess.run([PY, str(ROOT / "contracts" / "golden" / "make_golden.py"), "--check"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_lanes_cover_golden():
+    """Conformance: the run's lanes and the golden file name exactly the same checks."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from mojolearn import conformance as C
+
+    keys = {f"{lane}:{fx}" for lane, fx, _ in C.lanes()}
+    golden = json.loads((ROOT / "contracts" / "golden" / "v1.json").read_text())["hashes"]
+    assert keys == set(golden)
+    profiles = {k.split(":")[0].split("/")[0] for k in keys}
+    assert {"fp32.v1", "bf16f32.v1", "int8i32.v1", "int15i64.v1", "convert"} <= profiles
+
+
+@pytest.mark.slow
+def test_cross_isa_build_gives_the_same_hashes():
+    """6.5: a second build of the kernels for x86-64-v3 (AVX2, no AVX-512/VNNI) passes the
+    same conformance run as the native build (cross-ISA identity on one machine)."""
+    b = subprocess.run([PY, str(ROOT / "build_native.py"), "--target-cpu", "x86-64-v3",
+                        "--name", "_native_v3"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=900)
+    assert b.returncode == 0, b.stdout + b.stderr
+    r = run_cli("--quiet", env_extra={"MOJOLEARN_NATIVE": "_native_v3"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "_native_v3" in r.stdout

@@ -1,0 +1,45 @@
+"""Packaging: a wheel built here installs into a fresh venv and imports without the
+build environment (the extension finds its Mojo runtime through $ORIGIN)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMOKE = r"""
+import array, sys
+import mojolearn
+from mojolearn import linalg
+assert "site-packages" in mojolearn.__file__, mojolearn.__file__
+a = array.array("f", [1.0, 2.0, 3.0, 4.0])
+m = memoryview(a).cast("B").cast("f", (2, 2))
+c = linalg.matmul(m, m)
+assert c.tolist() == [[7.0, 10.0], [15.0, 22.0]], c.tolist()
+print("ok", mojolearn.vendor())
+"""
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_imports_in_fresh_venv(tmp_path):
+    """Packaging: pip wheel . -> fresh venv -> import mojolearn and run a kernel."""
+    dist = tmp_path / "dist"
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "-w", str(dist), str(ROOT)], capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    wheels = list(dist.glob("mojolearn-*.whl"))
+    assert len(wheels) == 1
+    assert "py3-none-any" not in wheels[0].name  # a binary wheel
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    vpy = venv / "bin" / "python"
+    r = subprocess.run([str(vpy), "-m", "pip", "install", "--no-deps", "-q", str(wheels[0])],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    r = subprocess.run([str(vpy), "-c", SMOKE], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok cpu" in r.stdout
