@@ -14,7 +14,7 @@ from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr, U32Ptr
 from gemm.cpu.blocking import round_up
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
-from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int
+from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2a, ukernel_int_2b
 from gemm.cpu.tree import ftz
 
 comptime IMC = 8 * IMR
@@ -134,24 +134,33 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                     var aph = a_h.unsafe_offset(ip * IMR * kg)
                     var apl = a_l.unsafe_offset(ip * IMR * kg)
                     if not g.int15:
+                        if ip % 2 == 1:
+                            continue  # computed with the panel before it
                         comptime for q in range(IMR * INV):
                             acc[q] = SIMD[DType.int32, IW](0)
-                        ukernel_int(aph, bph, kg, acc)
-                        for i in range(mr):
-                            comptime for v in range(INV):
-                                var jj = jp * INR + v * IW
-                                if jj < nc:
-                                    var csum = cs_h.unsafe_load[width=IW](jj)
-                                    var s = acc[i * INV + v] - csum * 128
-                                    var f = s.cast[DType.float32]()
-                                    _store(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
+                            acc2[q] = SIMD[DType.int32, IW](0)
+                        var two = ip + 1 < mpan
+                        if two:
+                            ukernel_int_2a(aph, aph.unsafe_offset(IMR * kg), bph, kg, acc, acc2)
+                        else:
+                            ukernel_int(aph, bph, kg, acc)
+                        for half in range(2 if two else 1):
+                            var rows = mr if half == 0 else min(IMR, mc - (ip + 1) * IMR)
+                            for i in range(rows):
+                                var r = ic + (ip + half) * IMR + i
+                                comptime for v in range(INV):
+                                    var jj = jp * INR + v * IW
+                                    if jj < nc:
+                                        var csum = cs_h.unsafe_load[width=IW](jj)
+                                        var a32 = acc[i * INV + v] if half == 0 else acc2[i * INV + v]
+                                        var f = (a32 - csum * 128).cast[DType.float32]()
+                                        _store(g, f, ea.unsafe_load(r), eb, r, jc + jj, nc - jj)
                     else:
                         # HH' and HL' (A hi offset by +128)
                         comptime for q in range(IMR * INV):
                             acc[q] = SIMD[DType.int32, IW](0)
                             acc2[q] = SIMD[DType.int32, IW](0)
-                        ukernel_int(aph, bph, kg, acc)
-                        ukernel_int(aph, bpl, kg, acc2)
+                        ukernel_int_2b(aph, bph, bpl, kg, acc, acc2)
                         var hh = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
                         var mid = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
                         comptime for i in range(IMR):
@@ -164,8 +173,7 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                         comptime for q in range(IMR * INV):
                             acc[q] = SIMD[DType.int32, IW](0)
                             acc2[q] = SIMD[DType.int32, IW](0)
-                        ukernel_int(apl, bph, kg, acc)
-                        ukernel_int(apl, bpl, kg, acc2)
+                        ukernel_int_2b(apl, bph, bpl, kg, acc, acc2)
                         for i in range(mr):
                             comptime for v in range(INV):
                                 var jj = jp * INR + v * IW

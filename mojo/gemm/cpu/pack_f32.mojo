@@ -7,6 +7,7 @@ three layouts: A row-major (m,k) or transposed (k,m); B row-major (k,n) or
 transposed (n,k). Packing copies bits; it never rounds.
 """
 from std.memory import bitcast
+from std.collections import Array
 from common.ptr import F32Ptr, U16Ptr, U32Ptr
 from gemm.cpu.blocking import MR, NR, W
 
@@ -89,6 +90,37 @@ def pack_b(
 
 
 @always_inline
+def transpose16(mut r: Array[SIMD[DType.float32, 16], 16]):
+    """In-register 16x16 transpose: four rounds of the perfect shuffle
+    (row i and row i+8 interleaved into rows 2i and 2i+1); each round rotates the
+    (row, column) index bits by one, so four rounds swap rows and columns."""
+    comptime for _round in range(4):
+        var t = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+        comptime for i in range(8):
+            var z = r[i].interleave(r[i + 8])
+            t[2 * i] = z.slice[16, offset=0]()
+            t[2 * i + 1] = z.slice[16, offset=16]()
+        comptime for i in range(16):
+            r[i] = t[i]
+
+
+def pack_b_rows_t16(src: Int, ldb: Int, j0: Int, k0: Int, lk: Int, dst: F32Ptr):
+    """Fast path of pack_b_rows for a float32 B stored (n, k) (NT layout): one full
+    NR = 32 panel, lk a multiple of 16; 16x16 blocks transposed in registers."""
+    var s = F32Ptr(unsafe_from_address=src)
+    var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+    comptime for h in range(NR // 16):
+        var kk = 0
+        while kk < lk:
+            comptime for r in range(16):
+                blk[r] = s.unsafe_load[width=16]((j0 + h * 16 + r) * ldb + k0 + kk)
+            transpose16(blk)
+            comptime for r in range(16):
+                dst.unsafe_store((kk + r) * NR + h * 16, blk[r])
+            kk += 16
+
+
+@always_inline
 def panel_stride(lk: Int) -> Int:
     return lk * NR + 16
 
@@ -122,6 +154,10 @@ def pack_b_rows(
         var d = dst.unsafe_offset(p * ps)
         var cols = min(NR, nc - p * NR)
         var jb = j0 + p * NR
+        comptime if W == 16 and NR % 16 == 0:
+            if trans_b and not b_bf16 and cols == NR and lk % 16 == 0:
+                pack_b_rows_t16(src, ldb, jb, k0, lk, d)
+                continue
         if not trans_b:
             for kk in range(lk):
                 var base = (k0 + kk) * ldb + jb
