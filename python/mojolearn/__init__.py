@@ -10,7 +10,7 @@ Modules: linalg (kernels), profiles (the numeric-profile table), lowbit (weight
 storage), checkpoint (safetensors files). The contracts live in contracts/.
 """
 from ._array import Array
-from ._device import vendor
+from ._device import get_device, set_device, vendor
 from ._threads import get_num_threads, set_num_threads
 from . import linalg, profiles
 from .profiles import (
@@ -34,7 +34,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Array", "vendor", "get_num_threads", "set_num_threads", "linalg", "profiles",
+    "Array", "vendor", "get_device", "set_device", "get_num_threads", "set_num_threads", "linalg", "profiles",
     "lowbit", "checkpoint", "NumericProfileSpeedWarning", "numeric_profile",
     "set_numeric_profile", "numeric_profiles", "numeric_profile_measured",
 ]

@@ -15,6 +15,17 @@ _mod = None
 
 
 def native():
+    """The extension module serving kernel calls: the GPU build when the device
+    selection (mojolearn._device) sends calls there, else the CPU build."""
+    from ._device import backend_module
+
+    gpu = backend_module()
+    if gpu is not None:
+        return gpu
+    return cpu_native()
+
+
+def cpu_native():
     global _mod
     if _mod is None:
         name = os.environ.get(NATIVE_ENV, "_native").strip() or "_native"

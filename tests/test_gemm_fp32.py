@@ -1,0 +1,490 @@
+"""mojolearn.identical.gemm.fp32.v1 (linalg.matmul) against the independent oracle.
+
+Every comparison is bit for bit on the float32 patterns; where NaN can appear only
+"NaN in both" is required at those positions (NaN payloads are not promised, 6.6).
+Each test's docstring names the rule(s) of the fp32.v1 contract it checks:
+6.1 DAZ, 6.2 leaf size, 6.3 FMA chain inside a leaf, 6.4 tree over leaves,
+6.5 order depends on k only, 6.6 specials, 7 API, 8 degenerate shapes.
+
+Kernel paths covered on purpose (the CPU build has three): m <= 4 with a float32
+row-major B (the "rows" decode path; NT goes elsewhere), m up to MC (144 with
+AVX-512, 72 with AVX2) and m > MC (the blocked path); n < 32, n a multiple of 32,
+odd n, and n > 512 (the column chunking of the small-m path).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+from mojolearn import linalg
+from tests import oracle as O
+
+F32 = np.float32
+
+
+# ---------------------------------------------------------------- helpers
+def u32(x):
+    return np.ascontiguousarray(np.asarray(x)).view(np.uint32)
+
+
+def assert_same_bits(got, exp, what=""):
+    """float32 bit equality; at NaN positions both must be NaN (payload free)."""
+    g = np.asarray(got)
+    e = np.asarray(exp)
+    assert g.dtype == np.float32, (what, g.dtype)
+    assert e.dtype == np.float32, (what, e.dtype)
+    assert g.shape == e.shape, (what, g.shape, e.shape)
+    gn, en = np.isnan(g), np.isnan(e)
+    gb, eb = u32(g), u32(e)
+    bad = (gn != en) | (~gn & (gb != eb))
+    if bad.any():
+        idx = [tuple(int(v) for v in ix) for ix in np.argwhere(bad)[:6]]
+        detail = "; ".join(
+            f"{ix}: got {int(gb[ix]):#010x} ({float(g[ix])!r}) expected "
+            f"{int(eb[ix]):#010x} ({float(e[ix])!r})" for ix in idx
+        )
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.size} outputs differ; first: {detail}"
+        )
+
+
+def oracle(a, b):
+    with np.errstate(all="ignore"):
+        return O.gemm_fp32_v1(np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
+def layouts(a, b):
+    """The same logical product a @ b through NN, NT and TN."""
+    at = np.ascontiguousarray(a.T)
+    bt = np.ascontiguousarray(b.T)
+    return {
+        "NN": linalg.matmul(a, b),
+        "NT": linalg.matmul(a, bt, transpose_b=True),
+        "TN": linalg.matmul(at, b, transpose_a=True),
+    }
+
+
+def check_all_layouts(a, b, what="", exp=None):
+    if exp is None:
+        exp = oracle(a, b)
+    for lay, got in layouts(a, b).items():
+        assert got.shape == exp.shape and got.dtype == "float32"
+        assert_same_bits(got, exp, f"{what} {lay} m,k,n={a.shape[0]},{a.shape[1]},{b.shape[1]}")
+    return exp
+
+
+def one_product(xs, ys, m=1, n=1):
+    """a (m, k) whose every row is xs and b (k, n) whose every column is ys."""
+    xs = np.asarray(xs, dtype=F32)
+    ys = np.asarray(ys, dtype=F32)
+    return np.tile(xs, (m, 1)), np.tile(ys[:, None], (1, n))
+
+
+RNG = np.random.default_rng(20240611)
+
+
+def normal(*shape):
+    return RNG.standard_normal(shape).astype(F32)
+
+
+# Shapes: (m, n) pairs that reach every kernel path, and k at every leaf boundary.
+SMALL_K = [1, 2, 127, 128, 129, 255, 256, 257, 1000, 2049]
+MN_ALL = [(1, 1), (3, 31), (4, 32), (5, 33), (13, 64), (72, 7), (73, 2)]
+MN_SOME = [(144, 3), (145, 67)]
+SHAPES = [(m, k, n) for k in SMALL_K for (m, n) in MN_ALL]
+SHAPES += [(m, k, n) for k in (1, 129, 257, 2049) for (m, n) in MN_SOME]
+SHAPES += [
+    # odd sizes (both readings of m x k x n / m x n x k where cheap)
+    (1, 1, 1), (15, 16, 17), (15, 17, 16), (61, 73, 79), (61, 79, 73),
+    (145, 67, 300), (145, 300, 67), (150, 40, 130), (150, 130, 40),
+    # n past the small-m column chunk (512) and the rows path with a wide n
+    (2, 300, 530), (7, 129, 530), (150, 257, 545),
+]
+LARGE_K = [
+    (2, 131072, 3), (5, 131072, 33), (1, 131072, 64),
+    (2, 131073, 3), (5, 131073, 33), (145, 131073, 2),
+    (2, 262145, 3), (5, 262145, 32), (1, 262145, 1),
+]
+
+
+# ---------------------------------------------------------------- random data, all shapes
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
+def test_random_shapes_all_layouts(m, k, n):
+    """6.2 6.3 6.4 6.5: random normals at every leaf boundary and kernel path; NN, NT
+    and TN all give the oracle's bits."""
+    a, b = normal(m, k), normal(k, n)
+    check_all_layouts(a, b, "random")
+
+
+@pytest.mark.parametrize("m,k,n", LARGE_K, ids=lambda v: str(v))
+def test_random_large_k(m, k, n):
+    """6.2 6.4: k = 131072 (1024 leaves of 128), 131073 (L = 129, 1017 leaves) and
+    262145 (L = 257, 1021 leaves, a short last leaf) on every kernel path."""
+    a, b = normal(m, k), normal(k, n)
+    exp = oracle(a, b)
+    if m > 4:
+        # NN and TN only for the big m (TN needs a transposed copy of a)
+        assert_same_bits(linalg.matmul(a, b), exp, "NN")
+        assert_same_bits(linalg.matmul(a, np.ascontiguousarray(b.T), transpose_b=True), exp, "NT")
+        if m <= 5:
+            assert_same_bits(linalg.matmul(np.ascontiguousarray(a.T), b, transpose_a=True), exp, "TN")
+    else:
+        check_all_layouts(a, b, "large k", exp=exp)
+
+
+def test_blocked_path_column_chunks_large_k():
+    """6.4 6.5: m > 144 with k = 131073: the blocked path packs B in 32-column chunks
+    at this k, so n = 70 crosses chunk boundaries (sampled rows vs the oracle)."""
+    m, k, n = 145, 131073, 70
+    a, b = normal(m, k), normal(k, n)
+    got = np.asarray(linalg.matmul(a, b))
+    rows = [0, 1, 71, 72, 143, 144]
+    assert_same_bits(got[rows], oracle(a[rows], b), "blocked 145x131073x70")
+
+
+# ---------------------------------------------------------------- hand-built cases
+PATH_MN = [(1, 1), (3, 5), (5, 33), (150, 40)]
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_daz_inputs(m, n):
+    """6.1: a subnormal input is read as a zero of the same sign: 2**-130 * 2**120
+    gives +0 (not 2**-10), on either operand, and -2**-130 * 2**120 + 1 gives 1."""
+    tiny, big = F32(2.0 ** -130), F32(2.0 ** 120)
+    cases = [
+        ([tiny], [big], 0.0),
+        ([big], [tiny], 0.0),
+        ([-tiny], [big], 0.0),  # -0 * big + (+0) = +0
+        ([tiny, F32(1)], [big, F32(1)], 1.0),
+        ([F32(2.0 ** -149)] * 3, [big] * 3, 0.0),
+    ]
+    for xs, ys, want in cases:
+        a, b = one_product(xs, ys, m, n)
+        exp = check_all_layouts(a, b, f"daz {xs}")
+        assert np.all(u32(exp) == u32(np.array(want, F32))), (xs, ys, exp)
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_fma_single_rounding(m, n):
+    """6.3: a true fused multiply-add: -(1+2**-19) + (1+2**-20)**2 is 2**-40 exactly
+    (a separate multiply would round the square and give 0)."""
+    x = F32(1 + 2.0 ** -20)
+    a, b = one_product([-(1 + 2.0 ** -19), x], [1.0, x], m, n)
+    exp = check_all_layouts(a, b, "fma")
+    assert np.all(exp == F32(2.0 ** -40))
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_sequential_order_inside_leaf(m, n):
+    """6.3: kk ascending inside a leaf: 2**24 + 1 rounds to 2**24 (tie to even), then
+    - 2**24 gives +0; any other order gives 1."""
+    a, b = one_product([2.0 ** 24, 1.0, -(2.0 ** 24)], [1.0, 1.0, 1.0], m, n)
+    exp = check_all_layouts(a, b, "order")
+    assert np.all(u32(exp) == 0)
+    # and the reverse gives 1 (so the rule is visible in the data)
+    a, b = one_product([-(2.0 ** 24), 1.0, 2.0 ** 24], [1.0, 1.0, 1.0], m, n)
+    exp = check_all_layouts(a, b, "order reversed")
+    assert np.all(exp == 1.0)
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_every_step_flushed(m, n):
+    """6.3: every FMA result is flushed: 2**-70 * 2**-60 = 2**-130 is flushed to +0,
+    so adding 2**-100 * 2**-26 gives exactly 2**-126 (not 1.0625 * 2**-126)."""
+    a, b = one_product([2.0 ** -70, 2.0 ** -100], [2.0 ** -60, 2.0 ** -26], m, n)
+    exp = check_all_layouts(a, b, "flush step")
+    assert np.all(exp == F32(2.0 ** -126))
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_flush_keeps_sign(m, n):
+    """6.3: flushes keep the sign: -1e-20 * 1e-20 from +0 gives -0.0; (-1) * 0 + (+0)
+    gives +0; a whole multi-leaf row of negative tiny products stays -0.0 through
+    the tree (6.4 sums -0 + -0)."""
+    cases = [
+        ([-1e-20], [1e-20], 0x80000000),
+        ([1e-20], [-1e-20], 0x80000000),
+        ([-1.0], [0.0], 0x00000000),
+        ([-1e-20, -1e-20], [1e-20, 1e-20], 0x80000000),
+        ([-1e-20] * 300, [1e-20] * 300, 0x80000000),  # 3 leaves, all -0
+    ]
+    for xs, ys, want in cases:
+        a, b = one_product(xs, ys, m, n)
+        exp = check_all_layouts(a, b, f"sign {xs[:2]} k={len(xs)}")
+        assert np.all(u32(exp) == want), (len(xs), hex(int(u32(exp).flat[0])))
+    # a leaf ending on +0 * x: fma(+0, 1e-20, -0) = +0 + -0 = +0 (round to nearest)
+    xs = [-1e-20] * 129 + [0.0] * 171
+    a, b = one_product(xs, [1e-20] * 300, m, n)
+    exp = check_all_layouts(a, b, "sign leaf tail")
+    # leaf 0: 128 x -0 = -0; leaf 1: -0 then +0*... = +0; leaf 2: +0 -> -0 + +0 + +0 = +0
+    assert np.all(u32(exp) == 0)
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_fma_rounding_up_to_smallest_normal_is_kept(m, n):
+    """6.3 (and the x86 FTZ note): fma(1 - 2**-24, 2**-126, +0) rounds up to 2**-126,
+    a normal, which is kept (x86 FTZ mode would flush it)."""
+    a, b = one_product([1 - 2.0 ** -24], [2.0 ** -126], m, n)
+    exp = check_all_layouts(a, b, "round up to 2**-126")
+    assert np.all(u32(exp) == 0x00800000)
+    a, b = one_product([-(1 - 2.0 ** -24)], [2.0 ** -126], m, n)
+    exp = check_all_layouts(a, b, "round up to -2**-126")
+    assert np.all(u32(exp) == 0x80800000)
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_tree_sums_flushed_with_sign(m, n):
+    """6.4: every tree sum is flushed: leaves 1.5*2**-126 and -1.25*2**-126 sum to a
+    subnormal, flushed to +0; with the signs swapped to -0.0."""
+    for s, want in ((1.0, 0x00000000), (-1.0, 0x80000000)):
+        xs = np.zeros(256, F32)
+        xs[0] = s * 1.5 * 2.0 ** -126
+        xs[128] = -s * 1.25 * 2.0 ** -126
+        a, b = one_product(xs, np.ones(256, F32), m, n)
+        exp = check_all_layouts(a, b, "tree flush")
+        assert np.all(u32(exp) == want)
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_tree_shape(m, n):
+    """6.4: balanced pairwise tree, odd last element carried: with 4 leaves
+    (2**24 + 0) + (1 + 1) = 2**24 + 2 (a left fold gives 2**24); with 7 leaves
+    (p01 + p23) + (p45 + p6) = 2**24 + (1 + 1) = 2**24 + 2."""
+    xs = np.zeros(512, F32)
+    xs[0], xs[256], xs[384] = 2.0 ** 24, 1.0, 1.0
+    a, b = one_product(xs, np.ones(512, F32), m, n)
+    exp = check_all_layouts(a, b, "4 leaves")
+    assert np.all(exp == F32(2 ** 24 + 2))
+    xs = np.zeros(7 * 128, F32)
+    xs[0], xs[4 * 128], xs[6 * 128] = 2.0 ** 24, 1.0, 1.0
+    a, b = one_product(xs, np.ones(7 * 128, F32), m, n)
+    exp = check_all_layouts(a, b, "7 leaves")
+    assert np.all(exp == F32(2 ** 24 + 2))
+
+
+@pytest.mark.parametrize("k,L", [(1000, 128), (131072, 128), (131073, 129),
+                                 (262144, 256), (262145, 257)])
+@pytest.mark.parametrize("m,n", [(1, 1), (2, 3), (5, 33)])
+def test_leaf_size_rule(k, L, m, n):
+    """6.2: L = max(128, ceil(k/1024)). 2**24 at 0, 1 at L-1 (same leaf: absorbed),
+    1 at L and L+1 (next leaf: 2) gives 2**24 + 2 only for the right L
+    (L-1 gives 2**24 + 4, L+1 gives 2**24)."""
+    assert O.leaf_size(k) == L
+    xs = np.zeros(k, F32)
+    xs[0] = 2.0 ** 24
+    xs[L - 1] = xs[L] = xs[L + 1] = 1.0
+    a, b = one_product(xs, np.ones(k, F32), m, n)
+    exp = check_all_layouts(a, b, f"leaf size k={k}")
+    assert np.all(exp == F32(2 ** 24 + 2))
+
+
+def test_leaf_size_rule_blocked_path():
+    """6.2: the same discriminating row on the blocked path (m > 144), k = 131073."""
+    k, L, m = 131073, 129, 145
+    a = np.zeros((m, k), F32)
+    a[:, 0] = 2.0 ** 24
+    a[:, L - 1] = a[:, L] = a[:, L + 1] = 1.0
+    b = np.ones((k, 2), F32)
+    got = linalg.matmul(a, b)
+    assert_same_bits(got, np.full((m, 2), 2 ** 24 + 2, F32), "blocked leaf size")
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_specials(m, n):
+    """6.6: inf * 0 is NaN; inf + -inf (also across leaves) is NaN; NaN propagates;
+    overflow inside a leaf and in the tree gives +-inf."""
+    big = F32(3e38)
+    cases = [
+        ([np.inf], [0.0], "nan"),
+        ([0.0], [-np.inf], "nan"),
+        ([np.nan, 1.0], [1.0, 1.0], "nan"),
+        ([np.inf, -np.inf], [1.0, 1.0], "nan"),
+        ([np.inf, 1.0], [1.0, 2.0], np.inf),
+        ([-np.inf, 1.0], [1.0, 1e30], -np.inf),
+        ([big, big], [1.0, 1.0], np.inf),
+        ([-big, -big], [1.0, 1.0], -np.inf),
+        ([big, big, -big], [1.0, 1.0, 1.0], np.inf),  # inf does not come back
+        ([1e30], [1e30], np.inf),
+    ]
+    for xs, ys, want in cases:
+        a, b = one_product(xs, ys, m, n)
+        exp = check_all_layouts(a, b, f"special {xs}")
+        if want == "nan":
+            assert np.all(np.isnan(exp))
+        else:
+            assert np.all(exp == want), (xs, exp)
+    # across leaves: big in leaf 0 and leaf 1 overflow only in the tree
+    xs = np.zeros(256, F32)
+    xs[0] = xs[128] = big
+    a, b = one_product(xs, np.ones(256, F32), m, n)
+    assert np.all(check_all_layouts(a, b, "tree overflow") == np.inf)
+    xs[128] = -np.inf
+    xs[0] = np.inf
+    a, b = one_product(xs, np.ones(256, F32), m, n)
+    assert np.all(np.isnan(check_all_layouts(a, b, "tree inf-inf")))
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
+def test_dynamic_range_and_cancellation(m, n):
+    """6.3: 1e30 + 1e-30 - 1e30 is +0 in order (1e30 - 1e30 + 1e-30 is 1e-30); x and
+    -x cancel exactly; products that land in the subnormal range are flushed with
+    their sign (vs the oracle)."""
+    a, b = one_product([1e30, 1e-30, -1e30], [1.0, 1.0, 1.0], m, n)
+    assert np.all(u32(check_all_layouts(a, b, "range")) == 0)
+    a, b = one_product([1e30, -1e30, 1e-30], [1.0, 1.0, 1.0], m, n)
+    assert np.all(check_all_layouts(a, b, "range 2") == F32(1e-30))
+    x = normal(1000)
+    xs = np.concatenate([x, -x])
+    ys = np.concatenate([np.ones(1000, F32), np.ones(1000, F32)])
+    a, b = one_product(xs, ys, m, n)
+    check_all_layouts(a, b, "cancellation")
+    # mixed: big and tiny values, some products subnormal
+    k = 700
+    rows = np.stack([
+        normal(k) * F32(1e30), normal(k) * F32(1e-30), normal(k) * F32(1e-20),
+        np.where(np.arange(k) % 2 == 0, F32(1e30), F32(1e-30)).astype(F32),
+    ])
+    a = np.tile(rows, (max(1, m // 4 + 1), 1))[:max(m, 4)]
+    b = np.stack([normal(k) * F32(1e-20), normal(k), normal(k) * F32(1e10)], axis=1)
+    b = np.tile(b, (1, n // 3 + 1))[:, :max(n, 3)]
+    check_all_layouts(a, b, "mixed range")
+
+
+def _edge_matrix(shape, frac=0.3):
+    vals = np.array([
+        0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 1e-30, -1e-30,
+        2.0 ** -126, -(2.0 ** -126), 2.0 ** -149, -(2.0 ** -140), 1 - 2.0 ** -24,
+        3.4e38, 1e-20, -1e-20, 2.0 ** 24, 1.0 + 2.0 ** -23,
+    ], dtype=F32)
+    x = normal(*shape)
+    mask = RNG.random(shape) < frac
+    x[mask] = RNG.choice(vals, size=int(mask.sum()))
+    return x
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (2, 3, 5), (4, 300, 7), (5, 129, 33),
+                                   (13, 1000, 32), (150, 257, 40), (3, 2049, 2)])
+@pytest.mark.parametrize("frac", [0.02, 0.3])
+def test_edge_value_matrices(m, k, n, frac):
+    """6.1 6.3 6.4 6.6: matrices sprinkled with +-0, +-inf, NaN, subnormals, huge and
+    tiny values on every kernel path and layout."""
+    a, b = _edge_matrix((m, k), frac), _edge_matrix((k, n), frac)
+    check_all_layouts(a, b, f"edges {frac}")
+
+
+# ---------------------------------------------------------------- hypothesis
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    m=st.integers(1, 12), k=st.integers(1, 400), n=st.integers(1, 40),
+    seed=st.integers(0, 2 ** 32 - 1), scale=st.sampled_from([1.0, 1e-19, 1e18, 2.0 ** -63]),
+)
+def test_hypothesis_random_normals(m, k, n, seed, scale):
+    """6.3 6.4 6.5: random normals (scaled to reach the flush and overflow ranges),
+    small shapes, all layouts, vs the oracle."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((m, k)) * scale).astype(F32)
+    b = (rng.standard_normal((k, n)) * scale).astype(F32)
+    check_all_layouts(a, b, "hypothesis")
+
+
+_f32_any = st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), m=st.integers(1, 6), k=st.integers(1, 300), n=st.integers(1, 35))
+def test_hypothesis_any_floats(data, m, k, n):
+    """6.1 6.3 6.6: any float32 values (subnormals, infinities, NaN) vs the oracle."""
+    a = data.draw(hnp.arrays(F32, (m, k), elements=_f32_any))
+    b = data.draw(hnp.arrays(F32, (k, n), elements=_f32_any))
+    check_all_layouts(a, b, "hypothesis floats")
+
+
+# ---------------------------------------------------------------- API pieces of rule 7 / 8
+@pytest.mark.parametrize("m,n", [(0, 3), (3, 0), (0, 0)])
+def test_degenerate_empty_m_or_n(m, n):
+    """8: m = 0 or n = 0 gives an empty (m, n) float32 result in every layout."""
+    k = 5
+    a, b = np.ones((m, k), F32), np.ones((k, n), F32)
+    for lay, got in layouts(a, b).items():
+        assert got.shape == (m, n) and got.dtype == "float32", lay
+        assert np.asarray(got).shape == (m, n)
+        assert got.tolist() == ([] if m == 0 else [[] for _ in range(m)])
+
+
+@pytest.mark.parametrize("m,n", [(1, 1), (3, 5), (5, 33), (150, 40)])
+def test_degenerate_k_zero(m, n):
+    """8: k = 0 gives +0.0 everywhere (also overwriting a prefilled out)."""
+    a, b = np.ones((m, 0), F32), np.ones((0, n), F32)
+    for lay, got in layouts(a, b).items():
+        assert got.shape == (m, n)
+        assert np.all(u32(got) == 0), lay
+    out = np.full((m, n), -7.0, F32)
+    r = linalg.matmul(a, b, out=out)
+    assert np.all(u32(out) == 0)
+    assert np.all(u32(r) == 0)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 300, 5), (7, 129, 33), (150, 257, 40)])
+def test_out_written_in_place(m, k, n):
+    """7: out (float32, (m,n), C-contiguous) is written in place and returned, with
+    the same bits as a fresh result, in every layout."""
+    a, b = normal(m, k), normal(k, n)
+    exp = oracle(a, b)
+    for kw, aa, bb in (({}, a, b), ({"transpose_b": True}, a, np.ascontiguousarray(b.T)),
+                       ({"transpose_a": True}, np.ascontiguousarray(a.T), b)):
+        out = np.full((m, n), np.nan, F32)
+        r = linalg.matmul(aa, bb, out=out, **kw)
+        assert r is out
+        assert_same_bits(out, exp, f"out {kw}")
+    # a mojolearn.Array as out
+    out = linalg.matmul(a, b)
+    ctrl = np.asarray(out).copy()
+    np.asarray(out)[...] = 0
+    r = linalg.matmul(a, b, out=out)
+    assert r is out
+    assert_same_bits(out, ctrl, "Array out")
+
+
+@pytest.mark.parametrize("m,k,n", [(3, 40, 5), (8, 300, 33), (150, 130, 40)])
+def test_noncontiguous_inputs_same_bits(m, k, n):
+    """7: non-contiguous inputs (slices with steps, negative steps, transposed views)
+    are accepted and give the bits of a contiguous copy."""
+    A = normal(2 * m, 2 * k)
+    B = normal(2 * k, 3 * n)
+    a = A[::2, ::2]
+    b = B[1::2, ::3]
+    exp = oracle(a, b)
+    assert_same_bits(linalg.matmul(a, b), exp, "NN strided")
+    assert_same_bits(linalg.matmul(a[::-1], b[:, ::-1]), exp[::-1, ::-1], "NN negative steps")
+    # b.T (a view of the (k, n) data read as (n, k)) for NT, a.T for TN
+    bt = np.ascontiguousarray(b).T  # (n, k), a non-C-contiguous view
+    assert not bt.flags["C_CONTIGUOUS"]
+    assert_same_bits(linalg.matmul(a, bt, transpose_b=True), exp, "NT on a transposed view")
+    at = np.ascontiguousarray(a).T  # (k, m), a non-C-contiguous view
+    assert not at.flags["C_CONTIGUOUS"]
+    assert_same_bits(linalg.matmul(at, b, transpose_a=True), exp, "TN on a transposed view")
+    # numpy's transposed views as plain NN operands
+    assert_same_bits(linalg.matmul(np.asfortranarray(a), np.asfortranarray(b)), exp, "F-order")
+    assert_same_bits(linalg.matmul(a, np.ascontiguousarray(b.T).T), exp, "b as a .T view")
+
+
+def test_sabotage_is_detected():
+    """6.3 (meta): with the kernels' sabotage switch on (last leaf summed in reverse)
+    the bit comparison used throughout this file fails, so it can fail."""
+    from mojolearn import _gemm
+
+    a, b = normal(7, 300), normal(300, 40)
+    exp = oracle(a, b)
+    assert_same_bits(linalg.matmul(a, b), exp, "before sabotage")
+    old = _gemm._SABOTAGE
+    _gemm._SABOTAGE = 1
+    try:
+        got = linalg.matmul(a, b)
+        with pytest.raises(AssertionError):
+            assert_same_bits(got, exp, "sabotaged")
+        assert int((u32(got) != u32(exp)).sum()) > 0
+    finally:
+        _gemm._SABOTAGE = old
+    assert_same_bits(linalg.matmul(a, b), exp, "after sabotage")
