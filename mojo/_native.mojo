@@ -179,10 +179,28 @@ def dequantize_int15(args: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
+@always_inline
+def _copy2d[T: DType](src: Int, dst: Int, rows: Int, cols: Int, s0: Int, s1: Int):
+    """dst (C-order rows x cols) = src with byte strides s0, s1 (a pure bit copy)."""
+    var d = Pointer[Scalar[T], MutAnyOrigin](unsafe_from_address=dst)
+    comptime TB = 32  # 32 x 32 tiles keep a transposed read inside the cache
+    var i0 = 0
+    while i0 < rows:
+        var j0 = 0
+        while j0 < cols:
+            for j in range(j0, min(j0 + TB, cols)):
+                for i in range(i0, min(i0 + TB, rows)):
+                    var s = Pointer[Scalar[T], MutAnyOrigin](unsafe_from_address=src + i * s0 + j * s1)
+                    d.unsafe_store(i * cols + j, s.unsafe_load(0))
+            j0 += TB
+        i0 += TB
+
+
 def strided_copy(args: PythonObject) raises -> PythonObject:
-    """(src, dst, itemsize, ndim, shape list, byte strides list): C-order gather."""
+    """Arguments: (src, dst, itemsize, ndim, shape list, byte strides list): C-order gather."""
     var src = _arg(args, 0)
-    var dst = ptr_u8(_arg(args, 1))
+    var dst_addr = _arg(args, 1)
+    var dst = ptr_u8(dst_addr)
     var isz = _arg(args, 2)
     var nd = _arg(args, 3)
     var shape = List[Int]()
@@ -192,6 +210,23 @@ def strided_copy(args: PythonObject) raises -> PythonObject:
         shape.append(Int(py=args[4][d]))
         strides.append(Int(py=args[5][d]))
         total *= shape[d]
+    if nd == 2 or nd == 1:
+        var rows = shape[0] if nd == 2 else 1
+        var cols = shape[1] if nd == 2 else shape[0]
+        var s0 = strides[0] if nd == 2 else 0
+        var s1 = strides[1] if nd == 2 else strides[0]
+        if isz == 4:
+            _copy2d[DType.uint32](src, dst_addr, rows, cols, s0, s1)
+            return PythonObject(None)
+        elif isz == 2:
+            _copy2d[DType.uint16](src, dst_addr, rows, cols, s0, s1)
+            return PythonObject(None)
+        elif isz == 1:
+            _copy2d[DType.uint8](src, dst_addr, rows, cols, s0, s1)
+            return PythonObject(None)
+        elif isz == 8:
+            _copy2d[DType.uint64](src, dst_addr, rows, cols, s0, s1)
+            return PythonObject(None)
     var idx = List[Int](length=nd, fill=0)
     var o = 0
     for _ in range(total):
