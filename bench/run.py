@@ -109,6 +109,12 @@ class Bench:
             row["check"] = check()
         if extra:
             row.update(extra)
+        from mojolearn import _gemm
+
+        ws = getattr(_gemm._tls, "ws", None)
+        if ws is not None and op.startswith("matmul"):
+            # packing workspace held by this thread (the only memory beyond the output)
+            row["workspace_bytes"] = len(ws)
         self.rows.append(row)
         msg = f" {res[ours][0] * 1e3:9.3f} ms"
         if "ratio" in row:
