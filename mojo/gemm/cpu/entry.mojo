@@ -47,7 +47,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         var npan = (n + NR - 1) // NR
         var mpan = (m + MR - 1) // MR
         var small_m = m <= MC
-        var rows_path = m <= ROWS_MAX and not g.trans_b and not g.b_bf16
+        var rows_path = m <= ROWS_MAX and not g.b_bf16
         var split_n = small_m or npan >= 2 * tasks or npan >= mpan
         var units = npan if split_n else mpan
         var t_count = max(1, min(tasks, units))

@@ -1,10 +1,11 @@
-"""fp32.v1 for a few rows (m <= 4) against a row-major float32 B: the decode shape.
+"""fp32.v1 for a few rows (m <= 4) against a float32 B: the decode shape.
 
 Same arithmetic as the micro-kernel path (contract 6.3/6.4): per output, one
 sequential FMA chain per leaf from +0, leaves merged by the binary-counter tree.
 Only the loop order differs: B is streamed row by row (kk outer, columns inner),
-which is how B arrives in memory, and the per-output leaf accumulators live in a
-small L1 buffer instead of registers. No packing of B at all.
+which is how B arrives in memory in the NN layout (no packing at all); in the NT
+layout each leaf's B block is transposed in chunks of TCHUNK columns first. The
+per-output leaf accumulators live in a small L1 buffer instead of registers.
 """
 from std.math import fma
 from std.memory import bitcast
@@ -12,15 +13,18 @@ from common.ptr import F32Ptr, U16Ptr
 from gemm.cpu.blocking import W, leaf_size, bit_length, trailing_ones, round_up
 from gemm.cpu.tree import ftz
 from gemm.cpu.fp32_v1 import GemmArgs
+from gemm.cpu.pack_f32 import transpose16
+from std.collections import Array
 
 comptime ROWS_MAX = 4
+comptime TCHUNK = 256
 
 
 def rows_ws(g: GemmArgs, cols: Int) -> Int:
     var L = leaf_size(g.k)
     var nleaves = (g.k + L - 1) // L
     var per = round_up(cols, 16) * ROWS_MAX
-    return per * (1 + max(bit_length(nleaves), 1)) + 16 * g.k
+    return per * (1 + max(bit_length(nleaves), 1)) + 16 * g.k + TCHUNK * L
 
 
 @always_inline
@@ -33,17 +37,17 @@ def _a_at(g: GemmArgs, i: Int, kk: Int) -> Float32:
 
 
 def _leaf_rows[R: Int](
-    g: GemmArgs, i_lo: Int, j_lo: Int, nc: Int, k0: Int, lk: Int, acc: F32Ptr, stride: Int
+    g: GemmArgs, i_lo: Int, nc: Int, k0: Int, lk: Int, acc: F32Ptr, stride: Int,
+    brows: F32Ptr, bld: Int,
 ):
-    var b = F32Ptr(unsafe_from_address=g.b)
+    """acc[i][0:nc] (+)= the leaf's chains; B row kk (of this leaf) at brows + (kk-k0)*bld.
+    acc is cleared first unless the caller continues a leaf over a column chunk."""
     var nvec = nc // W
-    for q in range(R * stride):
-        acc.unsafe_store(q, Float32(0))
     for kk in range(k0, k0 + lk):
         var av = SIMD[DType.float32, 4](0)
         comptime for i in range(R):
             av[i] = _a_at(g, i_lo + i, kk)
-        var row = b.unsafe_offset(kk * g.n + j_lo)
+        var row = brows.unsafe_offset((kk - k0) * bld)
         for v in range(nvec):
             var bv = row.unsafe_load[width=W](v * W)
             comptime for i in range(R):
@@ -66,6 +70,34 @@ def split_point(nleaves: Int) -> Int:
     return p
 
 
+def _transpose_chunk(g: GemmArgs, j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Ptr, ld: Int):
+    """dst[kk][j] = B_stored[j0 + j, k0 + kk] for the NT layout (B stored (n, k)):
+    16 x 16 blocks transposed in registers where they fit, scalar elsewhere."""
+    var s = F32Ptr(unsafe_from_address=g.b)
+    var jfull = nc // 16 * 16
+    var kfull = lk // 16 * 16
+    comptime if W == 16:
+        var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+        var jb = 0
+        while jb < jfull:
+            var kb = 0
+            while kb < kfull:
+                comptime for r in range(16):
+                    blk[r] = s.unsafe_load[width=16]((j0 + jb + r) * g.k + k0 + kb)
+                transpose16(blk)
+                comptime for r in range(16):
+                    dst.unsafe_store((kb + r) * ld + jb, blk[r])
+                kb += 16
+            jb += 16
+    else:
+        jfull = 0
+        kfull = 0
+    for j in range(nc):
+        var kstart = kfull if j < jfull else 0
+        for kk in range(kstart, lk):
+            dst.unsafe_store(kk * ld + j, s.unsafe_load((j0 + j) * g.k + k0 + kk))
+
+
 def f32_rows(
     g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int,
     p_lo: Int, p_hi: Int, dst: F32Ptr, ldo: Int, ws: F32Ptr,
@@ -84,17 +116,33 @@ def f32_rows(
     var per = stride * ROWS_MAX
     var acc = ws
     var slots = ws.unsafe_offset(per)
+    var tbuf = slots.unsafe_offset(per * levels + 16 * k)
+    var bsrc = F32Ptr(unsafe_from_address=g.b)
     for p in range(nleaves):
         var k0 = (p_lo + p) * L
         var lk = min(L, k - k0)
-        if rows == 1:
-            _leaf_rows[1](g, i_lo, j_lo, nc, k0, lk, acc, stride)
-        elif rows == 2:
-            _leaf_rows[2](g, i_lo, j_lo, nc, k0, lk, acc, stride)
-        elif rows == 3:
-            _leaf_rows[3](g, i_lo, j_lo, nc, k0, lk, acc, stride)
-        else:
-            _leaf_rows[4](g, i_lo, j_lo, nc, k0, lk, acc, stride)
+        for q in range(rows * stride):
+            acc.unsafe_store(q, Float32(0))
+        var jc = 0
+        while jc < nc:
+            # NN: B rows straight from the caller; NT: a transposed chunk in L2
+            var ncc = nc if not g.trans_b else min(TCHUNK, nc - jc)
+            var brows = bsrc.unsafe_offset(k0 * g.n + j_lo)
+            var bld = g.n
+            if g.trans_b:
+                _transpose_chunk(g, j_lo + jc, ncc, k0, lk, tbuf, TCHUNK)
+                brows = tbuf
+                bld = TCHUNK
+            var ac = acc.unsafe_offset(jc)
+            if rows == 1:
+                _leaf_rows[1](g, i_lo, ncc, k0, lk, ac, stride, brows, bld)
+            elif rows == 2:
+                _leaf_rows[2](g, i_lo, ncc, k0, lk, ac, stride, brows, bld)
+            elif rows == 3:
+                _leaf_rows[3](g, i_lo, ncc, k0, lk, ac, stride, brows, bld)
+            else:
+                _leaf_rows[4](g, i_lo, ncc, k0, lk, ac, stride, brows, bld)
+            jc += ncc
         var t = trailing_ones(p)
         var last = p == nleaves - 1
         for i in range(rows):

@@ -1,0 +1,223 @@
+"""The GPU kernels' arithmetic run on the CPU: the gpu_ref_* entries of the CPU
+extension, so the GPU bits are tested on every machine, GPU or not.
+
+WHAT IT IS
+    Each entry runs the SAME per-thread bodies (gpu/threads.mojo) as the device
+    kernels, in plain single-threaded loops over the kernels' coordinates, pass by
+    pass like the launches in gpu/launch.mojo: for fp32.v1 the leaves pass fills a
+    partials buffer parts[leaf][i][j], then the tree pass folds it into C; for the
+    quantizers the row-exponent pass runs before the per-element codes. Slow by
+    design (a reference, not a kernel).
+
+FLOATING-POINT STATE
+    The bodies flush explicitly, so they need only IEEE rounding with gradual
+    underflow on results; every entry sets FTZ off and round-to-nearest (DAZ on,
+    which changes nothing since every input is DAZ'd explicitly) and restores the
+    caller's MXCSR.
+
+ENTRIES (one tuple of ints each; Python has validated every argument)
+    gpu_ref_gemm_f32((a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16))
+    gpu_ref_gemm_int8((a, ea, b, eb, c, m, n, k))
+    gpu_ref_gemm_int15((ahi, alo, ea, bhi, blo, eb, c, m, n, k))
+    gpu_ref_to_bf16((src, dst, n))          gpu_ref_from_bf16((src, dst, n))
+    gpu_ref_quantize_int8((src, codes, exps, m, k))
+    gpu_ref_quantize_int15((src, hi, lo, exps, m, k))
+    gpu_ref_dequantize_int8((codes, exps, dst, m, k))
+    gpu_ref_dequantize_int15((hi, lo, exps, dst, m, k))
+"""
+from std.python import PythonObject
+from std.python.bindings import PythonModuleBuilder
+from std.memory.alloc import unsafe_alloc
+from common.ptr import F32Ptr, ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32
+from common.fpstate import enter_contract_mode, leave_contract_mode
+from gemm.cpu.blocking import leaf_size
+from gpu.arith import a_strides, b_strides, leaves_of, INT8_SHIFT, INT15_SHIFT
+from gpu.threads import (
+    leaves_thread,
+    tree_thread,
+    int8_thread,
+    int15_thread,
+    to_bf16_thread,
+    from_bf16_thread,
+    row_exponent_thread,
+    quantize_int8_thread,
+    quantize_int15_thread,
+    dequantize_int8_thread,
+    dequantize_int15_thread,
+)
+
+
+def _arg(args: PythonObject, i: Int) raises -> Int:
+    return Int(py=args[i])
+
+
+def _leaves_pass[adt: DType, bdt: DType](
+    a_addr: Int, b_addr: Int, parts: F32Ptr, m: Int, n: Int, k: Int,
+    a_rs: Int, a_ks: Int, b_cs: Int, b_ks: Int, leaf: Int, nleaves: Int,
+):
+    """The leaves launch: grid (n, m, nleaves) as loops, each point one thread."""
+    var a = Pointer[Scalar[adt], MutAnyOrigin](unsafe_from_address=a_addr)
+    var b = Pointer[Scalar[bdt], MutAnyOrigin](unsafe_from_address=b_addr)
+    for l in range(nleaves):
+        for i in range(m):
+            for j in range(n):
+                leaves_thread[adt, bdt](a, b, parts, m, n, k, a_rs, a_ks, b_cs, b_ks, leaf, i, j, l)
+
+
+def gpu_ref_gemm_f32(args: PythonObject) raises -> PythonObject:
+    """fp32.v1 / bf16f32.v1 as the GPU computes it (leaves pass, then tree pass)."""
+    var a_addr = _arg(args, 0)
+    var b_addr = _arg(args, 1)
+    var c = ptr_f32(_arg(args, 2))
+    var m = _arg(args, 3)
+    var n = _arg(args, 4)
+    var k = _arg(args, 5)
+    var trans_a = _arg(args, 6) != 0
+    var trans_b = _arg(args, 7) != 0
+    var a_bf16 = _arg(args, 8) != 0
+    var b_bf16 = _arg(args, 9) != 0
+    var leaf = leaf_size(k)
+    var nleaves = leaves_of(k)
+    var sa = a_strides(m, k, trans_a)
+    var sb = b_strides(n, k, trans_b)
+    var parts = unsafe_alloc[Float32](max(1, nleaves * m * n), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var old = enter_contract_mode()
+    comptime F = DType.float32
+    comptime H = DType.uint16
+    if a_bf16 and b_bf16:
+        _leaves_pass[H, H](a_addr, b_addr, parts, m, n, k, sa[0], sa[1], sb[0], sb[1], leaf, nleaves)
+    elif a_bf16:
+        _leaves_pass[H, F](a_addr, b_addr, parts, m, n, k, sa[0], sa[1], sb[0], sb[1], leaf, nleaves)
+    elif b_bf16:
+        _leaves_pass[F, H](a_addr, b_addr, parts, m, n, k, sa[0], sa[1], sb[0], sb[1], leaf, nleaves)
+    else:
+        _leaves_pass[F, F](a_addr, b_addr, parts, m, n, k, sa[0], sa[1], sb[0], sb[1], leaf, nleaves)
+    for i in range(m):
+        for j in range(n):
+            tree_thread(parts, c, m, n, nleaves, i, j)
+    leave_contract_mode(old)
+    parts.unsafe_free()
+    return PythonObject(None)
+
+
+def gpu_ref_gemm_int8(args: PythonObject) raises -> PythonObject:
+    var a = ptr_i8(_arg(args, 0))
+    var ea = ptr_i32(_arg(args, 1))
+    var b = ptr_i8(_arg(args, 2))
+    var eb = ptr_i32(_arg(args, 3))
+    var c = ptr_f32(_arg(args, 4))
+    var m = _arg(args, 5)
+    var n = _arg(args, 6)
+    var k = _arg(args, 7)
+    var old = enter_contract_mode()
+    for i in range(m):
+        for j in range(n):
+            int8_thread(a, ea, b, eb, c, n, k, i, j)
+    leave_contract_mode(old)
+    return PythonObject(None)
+
+
+def gpu_ref_gemm_int15(args: PythonObject) raises -> PythonObject:
+    var ahi = ptr_i8(_arg(args, 0))
+    var alo = ptr_i8(_arg(args, 1))
+    var ea = ptr_i32(_arg(args, 2))
+    var bhi = ptr_i8(_arg(args, 3))
+    var blo = ptr_i8(_arg(args, 4))
+    var eb = ptr_i32(_arg(args, 5))
+    var c = ptr_f32(_arg(args, 6))
+    var m = _arg(args, 7)
+    var n = _arg(args, 8)
+    var k = _arg(args, 9)
+    var old = enter_contract_mode()
+    for i in range(m):
+        for j in range(n):
+            int15_thread(ahi, alo, ea, bhi, blo, eb, c, n, k, i, j)
+    leave_contract_mode(old)
+    return PythonObject(None)
+
+
+def gpu_ref_to_bf16(args: PythonObject) raises -> PythonObject:
+    var src = ptr_u32(_arg(args, 0))
+    var dst = ptr_u16(_arg(args, 1))
+    for i in range(_arg(args, 2)):
+        to_bf16_thread(src, dst, i)
+    return PythonObject(None)
+
+
+def gpu_ref_from_bf16(args: PythonObject) raises -> PythonObject:
+    var src = ptr_u16(_arg(args, 0))
+    var dst = ptr_u32(_arg(args, 1))
+    for i in range(_arg(args, 2)):
+        from_bf16_thread(src, dst, i)
+    return PythonObject(None)
+
+
+def gpu_ref_quantize_int8(args: PythonObject) raises -> PythonObject:
+    var src = ptr_u32(_arg(args, 0))
+    var codes = ptr_i8(_arg(args, 1))
+    var exps = ptr_i32(_arg(args, 2))
+    var m = _arg(args, 3)
+    var k = _arg(args, 4)
+    var old = enter_contract_mode()
+    for r in range(m):
+        row_exponent_thread(src, exps, k, INT8_SHIFT, r)
+    for i in range(m * k):
+        quantize_int8_thread(src, exps, codes, k, i)
+    leave_contract_mode(old)
+    return PythonObject(None)
+
+
+def gpu_ref_quantize_int15(args: PythonObject) raises -> PythonObject:
+    var src = ptr_u32(_arg(args, 0))
+    var hi = ptr_i8(_arg(args, 1))
+    var lo = ptr_i8(_arg(args, 2))
+    var exps = ptr_i32(_arg(args, 3))
+    var m = _arg(args, 4)
+    var k = _arg(args, 5)
+    var old = enter_contract_mode()
+    for r in range(m):
+        row_exponent_thread(src, exps, k, INT15_SHIFT, r)
+    for i in range(m * k):
+        quantize_int15_thread(src, exps, hi, lo, k, i)
+    leave_contract_mode(old)
+    return PythonObject(None)
+
+
+def gpu_ref_dequantize_int8(args: PythonObject) raises -> PythonObject:
+    var codes = ptr_i8(_arg(args, 0))
+    var exps = ptr_i32(_arg(args, 1))
+    var dst = ptr_f32(_arg(args, 2))
+    var m = _arg(args, 3)
+    var k = _arg(args, 4)
+    var old = enter_contract_mode()
+    for i in range(m * k):
+        dequantize_int8_thread(codes, exps, dst, k, i)
+    leave_contract_mode(old)
+    return PythonObject(None)
+
+
+def gpu_ref_dequantize_int15(args: PythonObject) raises -> PythonObject:
+    var hi = ptr_i8(_arg(args, 0))
+    var lo = ptr_i8(_arg(args, 1))
+    var exps = ptr_i32(_arg(args, 2))
+    var dst = ptr_f32(_arg(args, 3))
+    var m = _arg(args, 4)
+    var k = _arg(args, 5)
+    var old = enter_contract_mode()
+    for i in range(m * k):
+        dequantize_int15_thread(hi, lo, exps, dst, k, i)
+    leave_contract_mode(old)
+    return PythonObject(None)
+
+
+def register_gpu_reference(mut m: PythonModuleBuilder) raises:
+    """Add the gpu_ref_* entries to the CPU extension module."""
+    m.def_function[gpu_ref_gemm_f32]("gpu_ref_gemm_f32")
+    m.def_function[gpu_ref_gemm_int8]("gpu_ref_gemm_int8")
+    m.def_function[gpu_ref_gemm_int15]("gpu_ref_gemm_int15")
+    m.def_function[gpu_ref_to_bf16]("gpu_ref_to_bf16")
+    m.def_function[gpu_ref_from_bf16]("gpu_ref_from_bf16")
+    m.def_function[gpu_ref_quantize_int8]("gpu_ref_quantize_int8")
+    m.def_function[gpu_ref_quantize_int15]("gpu_ref_quantize_int15")
+    m.def_function[gpu_ref_dequantize_int8]("gpu_ref_dequantize_int8")
+    m.def_function[gpu_ref_dequantize_int15]("gpu_ref_dequantize_int15")

@@ -1,0 +1,371 @@
+"""int8i32.v1 (linalg.matmul_int8) and int15i64.v1 (linalg.matmul_int15) against
+the oracle.
+
+Both compute a @ b.T with a (m,k), b (n,k); each operand is float32 (quantized
+inside, L-3/L-4 or W-1/W-2) or its quantized tuple. Output (L-5, W-3):
+ftz(f32(S) * pow2f(ea[i] + eb[j])), S the exact integer sum. Domains: k <= 131072
+(L-7) and k <= 65536 (W-4). Bits are compared exactly; where NaN can appear
+(inf codes scale, 0 * inf) only "NaN in both" is required.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from mojolearn import linalg
+from tests import oracle as O
+
+F32 = np.float32
+RNG = np.random.default_rng(815)
+
+
+def u32(x):
+    return np.ascontiguousarray(np.asarray(x)).view(np.uint32)
+
+
+def assert_same_bits(got, exp, what=""):
+    """float32 bit equality; at NaN positions both must be NaN (payload free)."""
+    g = np.asarray(got)
+    e = np.asarray(exp)
+    assert g.dtype == np.float32 and e.dtype == np.float32, (what, g.dtype, e.dtype)
+    assert g.shape == e.shape, (what, g.shape, e.shape)
+    gn, en = np.isnan(g), np.isnan(e)
+    gb, eb = u32(g), u32(e)
+    bad = (gn != en) | (~gn & (gb != eb))
+    if bad.any():
+        idx = [tuple(int(v) for v in ix) for ix in np.argwhere(bad)[:6]]
+        detail = "; ".join(
+            f"{ix}: got {int(gb[ix]):#010x} ({float(g[ix])!r}) expected "
+            f"{int(eb[ix]):#010x} ({float(e[ix])!r})" for ix in idx
+        )
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} differ; first: {detail}")
+
+
+def o_int8(a, b):
+    with np.errstate(all="ignore"):
+        return O.gemm_int8_f32(np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
+def o_int15(a, b):
+    with np.errstate(all="ignore"):
+        return O.gemm_int15_f32(np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
+PROFILES = {
+    "int8": (linalg.matmul_int8, o_int8, linalg.quantize_int8),
+    "int15": (linalg.matmul_int15, o_int15, linalg.quantize_int15),
+}
+
+
+def edge_rows(k, rng=RNG):
+    """Rows that exercise the quantizers: zeros, -0.0, all NaN, inf, subnormal only,
+    tiny (absmax < 2**-121), huge, ties, NaN mixed in, plain normals."""
+    with np.errstate(all="ignore"):
+        rows = [
+            np.zeros(k),
+            np.where(np.arange(k) % 2 == 0, -0.0, 0.0),
+            np.full(k, np.nan),
+            np.concatenate([[np.inf], rng.standard_normal(k - 1)]),
+            np.concatenate([rng.standard_normal(k - 1), [-np.inf]]),
+            rng.standard_normal(k) * 2.0 ** -140,          # subnormal only
+            rng.standard_normal(k) * 2.0 ** -124,          # tiny: codes saturate
+            rng.standard_normal(k) * 2.0 ** -110,
+            rng.standard_normal(k) * 1e37,
+            np.full(k, 3.4e38),
+            np.concatenate([[64.0], (np.arange(k - 1) % 7 - 3) * 0.5]),  # ties
+            np.concatenate([[8192.0], (np.arange(k - 1) % 7 - 3) * 0.5]),  # int15 ties
+            np.concatenate([[np.nan], rng.standard_normal(k - 1)]),
+            rng.standard_normal(k),
+            rng.standard_normal(k) * 2.0 ** rng.integers(-20, 20, size=k),
+        ]
+    return np.array(rows, dtype=F32)
+
+
+# ---------------------------------------------------------------- vs the oracle
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("k", [1, 3, 4, 5, 127, 129, 1000])
+def test_edge_rows_match_oracle(profile, k):
+    """L-3 L-4 L-5 / W-1 W-2 W-3: edge rows (zeros, -0.0, NaN, inf, subnormal-only,
+    tiny, huge, ties) times edge and random rows, float32 operands."""
+    fn, ora, _ = PROFILES[profile]
+    a = edge_rows(k)
+    b = np.concatenate([edge_rows(k)[::-1], RNG.standard_normal((5, k)).astype(F32)])
+    assert_same_bits(fn(a, b), ora(a, b), f"{profile} k={k}")
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (6, 7, 32), (7, 33, 33), (13, 1000, 37),
+                                   (61, 79, 73), (145, 67, 300), (49, 300, 65)], ids=str)
+def test_random_shapes_match_oracle(profile, m, k, n):
+    """L-5 / W-3: random rows with a per-row scale, odd shapes (tile edges of 6 x 32)."""
+    fn, ora, _ = PROFILES[profile]
+    a = (RNG.standard_normal((m, k)) * 2.0 ** RNG.integers(-30, 30, size=(m, 1))).astype(F32)
+    b = (RNG.standard_normal((n, k)) * 2.0 ** RNG.integers(-30, 30, size=(n, 1))).astype(F32)
+    assert_same_bits(fn(a, b), ora(a, b), f"{profile} {m}x{k}x{n}")
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("k", [1, 5, 129, 1000])
+def test_float_operand_equals_quantized_operand(profile, k):
+    """L-5 / W-3: a float32 operand gives exactly the bits of passing its quantized
+    form (from linalg's quantizer and from the oracle's), in any mix."""
+    fn, _, quant = PROFILES[profile]
+    a = np.concatenate([edge_rows(k), RNG.standard_normal((4, k)).astype(F32)])
+    b = RNG.standard_normal((9, k)).astype(F32)
+    ref = np.asarray(fn(a, b))
+    qa, qb = quant(a), quant(b)
+    oq = O.quantize_int8 if profile == "int8" else O.quantize_int15
+    oqa, oqb = oq(a), oq(b)
+    for xa, xb, what in ((qa, qb, "both"), (qa, b, "a quantized"), (a, qb, "b quantized"),
+                         (tuple(oqa), tuple(oqb), "oracle codes")):
+        assert_same_bits(fn(xa, xb), ref, f"{profile} {what}")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=st.integers(1, 14), k=st.integers(1, 200), n=st.integers(1, 40),
+       seed=st.integers(0, 2 ** 32 - 1), profile=st.sampled_from(["int8", "int15"]),
+       lo=st.integers(-140, 120))
+def test_hypothesis_random(m, k, n, seed, profile, lo):
+    """L-3..L-5 / W-1..W-3: random rows with scales from 2**-140 to 2**125 vs the oracle."""
+    fn, ora, _ = PROFILES[profile]
+    rng = np.random.default_rng(seed)
+    with np.errstate(all="ignore"):
+        a = (rng.standard_normal((m, k)) * 2.0 ** rng.integers(lo, lo + 8, size=(m, 1))).astype(F32)
+        b = (rng.standard_normal((n, k)) * 2.0 ** rng.integers(-lo - 8, -lo + 8, size=(n, 1))).astype(F32)
+    assert_same_bits(fn(a, b), ora(a, b), f"{profile}")
+
+
+# ---------------------------------------------------------------- f32(S) rounding
+def codes_for_sum(S, cmax):
+    """Two code vectors (a, b), entries within [-cmax, cmax], with sum(a * b) == S."""
+    sgn = 1 if S >= 0 else -1
+    S = abs(S)
+    a, b = [], []
+    while S > 0:
+        if S >= cmax * cmax:
+            a.append(cmax), b.append(cmax)
+            S -= cmax * cmax
+        elif S >= cmax:
+            q = S // cmax
+            a.append(cmax), b.append(q)
+            S -= cmax * q
+        else:
+            a.append(S), b.append(1)
+            S = 0
+    if not a:
+        a, b = [0], [0]
+    a, b = np.array(a, np.int64) * sgn, np.array(b, np.int64)
+    return a, b
+
+
+def split15(codes):
+    codes = np.asarray(codes, np.int64)
+    return (codes >> 7).astype(np.int8), (codes & 127).astype(np.int8)
+
+
+S8_CASES = [
+    (2 ** 24 + 1, 2 ** 24), (2 ** 24 + 3, 2 ** 24 + 4), (-(2 ** 24 + 1), -(2 ** 24)),
+    (-(2 ** 24 + 3), -(2 ** 24 + 4)), (2 ** 24 - 1, 2 ** 24 - 1), (2 ** 25 + 2, 2 ** 25),
+    (2 ** 25 + 6, 2 ** 25 + 8), (2 ** 25 + 3, 2 ** 25 + 4), (0, 0),
+]
+
+
+@pytest.mark.parametrize("S,want", S8_CASES)
+def test_int8_sum_rounding(S, want):
+    """L-5: f32(S) rounds the exact sum once, to nearest even (2**24+1 -> 2**24,
+    2**24+3 -> 2**24+4), codes and exponents passed directly."""
+    a, b = codes_for_sum(S, 127)
+    k = len(a)
+    A = np.zeros((2, k), np.int8)
+    B = np.zeros((3, k), np.int8)
+    A[0], A[1], B[0], B[2] = a, -a, b, b
+    ea, eb = np.array([0, 5], np.int32), np.array([0, 0, -3], np.int32)
+    got = linalg.matmul_int8((A, ea), (B, eb))
+    assert_same_bits(got, O.gemm_int(A, ea, B, eb), f"S={S}")
+    g = np.asarray(got)
+    assert g[0, 0] == F32(want) and g[1, 0] == F32(-want) * 32
+    assert g[0, 2] == F32(want) / 8 and g[1, 2] == F32(-want) * 4
+    assert u32(g)[:, 1].tolist() == [0, 0]
+
+
+S15_CASES = [
+    (2 ** 24 + 1, 2 ** 24), (2 ** 24 + 3, 2 ** 24 + 4), (-(2 ** 24 + 3), -(2 ** 24 + 4)),
+    (2 ** 40 + 2 ** 16, 2 ** 40), (2 ** 40 + 2 ** 16 + 1, 2 ** 40 + 2 ** 17),
+    (2 ** 40 + 3 * 2 ** 16, 2 ** 40 + 2 ** 18), (-(2 ** 40 + 2 ** 16 + 1), -(2 ** 40 + 2 ** 17)),
+    (2 ** 31 + 1, 2 ** 31), (2 ** 32 + 2 ** 8 + 1, 2 ** 32 + 2 ** 9),
+]
+
+
+@pytest.mark.parametrize("S,want", S15_CASES)
+def test_int15_sum_rounding(S, want):
+    """W-3: the exact int64 sum is rounded once to float32, nearest even, also past
+    2**31 where int32 pieces would overflow (hi/lo planes passed directly)."""
+    a, b = codes_for_sum(S, 16383)
+    k = len(a)
+    assert k <= 65536
+    A = np.zeros((2, k), np.int64)
+    B = np.zeros((3, k), np.int64)
+    A[0], A[1], B[0], B[2] = a, -a, b, b
+    ah, al = split15(A)
+    bh, bl = split15(B)
+    ea, eb = np.array([0, 1], np.int32), np.array([0, 0, -2], np.int32)
+    got = linalg.matmul_int15((ah, al, ea), (bh, bl, eb))
+    assert_same_bits(got, O.gemm_int15(ah, al, ea, bh, bl, eb), f"S={S}")
+    g = np.asarray(got)
+    assert g[0, 0] == F32(want) and g[1, 0] == F32(-want) * 2
+    assert g[0, 2] == F32(want) / 4
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_exponents_near_pow2f_limits(profile):
+    """L-5 / W-3: pow2f(ea + eb) is 2**e for -126 <= e <= 127, +inf above (S * inf,
+    0 * inf = NaN), +0 below (so a negative S gives -0.0); no subnormal results."""
+    codes = np.array([[3, 0, -2]], np.int64)
+    bcodes = np.array([[1, 1, 1], [0, 0, 0], [-1, 0, 0], [1, 0, 0], [127, 0, 0]], np.int64)
+    for ea in (127, 128, 0, -126, -127, -128, -200, 200, -63, 64, -64, 121, -132, 122):
+        for eb in (0, 1, -1, -70, 70, 6, -6):
+            A = (codes, np.array([ea], np.int32))
+            B = (bcodes, np.array([eb] * 5, np.int32))
+            with np.errstate(all="ignore"):
+                exp = O.gemm_int(A[0], A[1], B[0], B[1])
+            if profile == "int8":
+                got = linalg.matmul_int8((A[0].astype(np.int8), A[1]), (B[0].astype(np.int8), B[1]))
+            else:
+                got = linalg.matmul_int15((*split15(A[0]), A[1]), (*split15(B[0]), B[1]))
+            assert_same_bits(got, exp, f"{profile} ea={ea} eb={eb}")
+    # spot values of the rule itself
+    one = lambda e: np.array([e], np.int32)  # noqa: E731
+    c = np.array([[1]], np.int8)
+    m = np.array([[-1]], np.int8)
+    z = np.array([[0]], np.int8)
+    chk = {
+        (1, 127): 0x7F000000, (1, 128): 0x7F800000, (-1, 128): 0xFF800000,
+        (1, -126): 0x00800000, (1, -127): 0x00000000, (-1, -127): 0x80000000,
+    }
+    for (s, e), want in chk.items():
+        got = linalg.matmul_int8((c if s > 0 else m, one(e)), (c, one(0)))
+        assert int(u32(got)[0, 0]) == want, (s, e, hex(int(u32(got)[0, 0])))
+    assert np.isnan(np.asarray(linalg.matmul_int8((z, one(100)), (c, one(100))))[0, 0])
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_exponent_sum_is_not_wrapped(profile):
+    """L-5 / W-3: pow2f(ea[i] + eb[j]) is taken of the true sum of two int32 exponents
+    (+inf above 127, +0 below -126). Accepted exponents must give the oracle's bits; a
+    refusal (ValueError naming the exponents) would also honour the contract. A
+    wrapped int32 sum silently gives a wrong number (e.g. 2**30 + 2**30 -> 0.0)."""
+    A8, B8 = np.array([[3]], np.int8), np.array([[1]], np.int8)
+    z = np.zeros((1, 1), np.int8)
+    wrong = []
+    for ea, eb in [(2 ** 30, 2 ** 30), (2 ** 31 - 1, 1), (2 ** 31 - 1, 2 ** 31 - 1),
+                   (-(2 ** 31), -1), (-(2 ** 31), -(2 ** 31)), (2 ** 31 - 1, -(2 ** 31))]:
+        ea_, eb_ = np.array([ea], np.int32), np.array([eb], np.int32)
+        with np.errstate(all="ignore"):
+            exp = O.gemm_int(A8, ea_, B8, eb_)
+        try:
+            if profile == "int8":
+                got = linalg.matmul_int8((A8, ea_), (B8, eb_))
+            else:
+                got = linalg.matmul_int15((z, A8, ea_), (z, B8, eb_))
+        except ValueError as e:
+            assert str(e).startswith("mojolearn:") and "expon" in str(e), str(e)
+            continue
+        if int(u32(got)[0, 0]) != int(u32(exp)[0, 0]):
+            wrong.append(f"codes 3*1, ea={ea}, eb={eb}: got {float(np.asarray(got)[0, 0])!r} "
+                         f"expected {float(exp[0, 0])!r}")
+    assert not wrong, f"matmul_{profile}: " + "; ".join(wrong)
+
+
+# ---------------------------------------------------------------- domains
+def test_int8_domain_limit_accepted_and_exact():
+    """L-7: k = 131072 is accepted and exact even at the largest |S| = 127*127*131072
+    (codes +-127, float32 and tuple operands)."""
+    k = 131072
+    A = np.stack([np.full(k, 127), np.full(k, -127)]).astype(np.int8)
+    B = np.stack([np.full(k, 127), np.where(np.arange(k) % 2 == 0, 127, -127)]).astype(np.int8)
+    ea, eb = np.zeros(2, np.int32), np.array([0, -1], np.int32)
+    got = linalg.matmul_int8((A, ea), (B, eb))
+    exp = O.gemm_int(A, ea, B, eb)
+    assert_same_bits(got, exp, "k=131072 codes")
+    assert np.asarray(got)[0, 0] == F32(127 * 127 * k)
+    a = RNG.standard_normal((2, k)).astype(F32)
+    b = RNG.standard_normal((1, k)).astype(F32)
+    assert_same_bits(linalg.matmul_int8(a, b), o_int8(a, b), "k=131072 float")
+
+
+def test_int15_domain_limit_accepted_and_exact():
+    """W-4: k = 65536 is accepted and exact at the largest |S| = 16383**2 * 65536
+    (codes +-16383 as hi/lo planes, and float32 operands)."""
+    k = 65536
+    C = np.stack([np.full(k, 16383), np.full(k, -16383)]).astype(np.int64)
+    D = np.stack([np.full(k, 16383), np.where(np.arange(k) % 3 == 0, -16383, 16383)])
+    ah, al = split15(C)
+    bh, bl = split15(D)
+    ea, eb = np.zeros(2, np.int32), np.array([0, 3], np.int32)
+    got = linalg.matmul_int15((ah, al, ea), (bh, bl, eb))
+    assert_same_bits(got, O.gemm_int15(ah, al, ea, bh, bl, eb), "k=65536 planes")
+    assert np.asarray(got)[0, 0] == F32(16383 * 16383 * k)
+    a = RNG.standard_normal((2, k)).astype(F32)
+    b = RNG.standard_normal((2, k)).astype(F32)
+    assert_same_bits(linalg.matmul_int15(a, b), o_int15(a, b), "k=65536 float")
+
+
+@pytest.mark.parametrize("profile,k,rule", [("int8", 131073, "L-7"), ("int15", 65537, "W-4")])
+def test_domain_refused(profile, k, rule):
+    """L-7 / W-4: one past the domain is a ValueError that names the rule, for float32
+    operands and for quantized tuples."""
+    fn = linalg.matmul_int8 if profile == "int8" else linalg.matmul_int15
+    a = np.zeros((1, k), F32)
+    with pytest.raises(ValueError) as ei:
+        fn(a, a)
+    msg = str(ei.value)
+    assert msg.startswith("mojolearn:") and rule in msg and f"matmul_{profile}" in msg, msg
+    z = np.zeros((1, k), np.int8)
+    e = np.zeros(1, np.int32)
+    q = (z, e) if profile == "int8" else (z, z, e)
+    with pytest.raises(ValueError) as ei:
+        fn(q, q)
+    assert str(ei.value).startswith("mojolearn:") and rule in str(ei.value)
+
+
+# ---------------------------------------------------------------- API pieces
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_degenerate_shapes(profile):
+    """8 (applied to the integer profiles): m = 0 / n = 0 give empty results; k = 0
+    gives the oracle's +0.0 (S = 0, exponents 0)."""
+    fn, ora, _ = PROFILES[profile]
+    assert fn(np.zeros((0, 5), F32), np.ones((3, 5), F32)).shape == (0, 3)
+    assert fn(np.ones((2, 5), F32), np.zeros((0, 5), F32)).shape == (2, 0)
+    a, b = np.zeros((2, 0), F32), np.zeros((3, 0), F32)
+    got = fn(a, b)
+    assert got.shape == (2, 3)
+    assert_same_bits(got, ora(a, b), "k=0")
+    assert np.all(u32(got) == 0)
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_out_and_noncontiguous(profile):
+    """7 (integer profiles): out is written in place and returned; strided float32
+    operands, strided codes and strided exponents give the contiguous bits."""
+    fn, ora, quant = PROFILES[profile]
+    A = RNG.standard_normal((14, 90)).astype(F32)
+    B = RNG.standard_normal((70, 90)).astype(F32)
+    a, b = A[::2, ::3], B[1::2, ::3]
+    exp = ora(a, b)
+    out = np.full(exp.shape, np.nan, F32)
+    r = fn(a, b, out=out)
+    assert r is out
+    assert_same_bits(out, exp, "out")
+    qa = [np.asarray(x) for x in quant(np.ascontiguousarray(a))]
+    spread = []
+    for x in qa:  # the same values behind a stride
+        big = np.zeros((x.shape[0], 2 * x.shape[1]) if x.ndim == 2 else (2 * x.shape[0],), x.dtype)
+        if x.ndim == 2:
+            big[:, ::2] = x
+            spread.append(big[:, ::2])
+        else:
+            big[::2] = x
+            spread.append(big[::2])
+    assert_same_bits(fn(tuple(spread), b), exp, "strided codes/exponents")
+    assert_same_bits(fn(a[::-1], b), exp[::-1], "negative steps")
