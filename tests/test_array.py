@@ -189,6 +189,21 @@ def test_array_interface_only_inputs():
     assert isinstance(r, OnlyArrayInterface)
 
 
+def test_broadcast_and_zero_stride_inputs():
+    """7: zero-stride (broadcast, read-only) inputs give the bits of a materialised copy."""
+    row = RNG.standard_normal((1, 300)).astype(F32)
+    a = np.broadcast_to(row, (5, 300))
+    b = RNG.standard_normal((300, 7)).astype(F32)
+    exp = O.gemm_fp32_v1(np.ascontiguousarray(a), b)
+    assert u32(linalg.matmul(a, b)).tobytes() == u32(exp).tobytes()
+    col = np.broadcast_to(row.T, (300, 4))
+    exp = O.gemm_fp32_v1(b.T.copy(), np.ascontiguousarray(col))
+    assert u32(linalg.matmul(b.T, col)).tobytes() == u32(exp).tobytes()
+    assert np.array_equal(np.asarray(linalg.to_bf16(a)), O.to_bf16(np.ascontiguousarray(a)))
+    c, e = linalg.quantize_int8(a)
+    assert np.asarray(e).tolist() == [O.quantize_int8(row)[1][0]] * 5
+
+
 def test_inputs_are_not_modified():
     """7: the kernels never write into their inputs (including strided ones)."""
     a = RNG.standard_normal((7, 50)).astype(F32)

@@ -209,7 +209,7 @@ _ENV_CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("value,exc", [("abc", "ValueError"), ("0", "ValueError"), ("-3", "ValueError"),
                                        ("2.5", "ValueError"), (" 2 ", "OK")])
 def test_env_thread_count_refusals(value, exc):
-    """threads API: a bad MOJOLEARN_NUM_THREADS is a ValueError naming the variable
+    """7 (threads API): a bad MOJOLEARN_NUM_THREADS is a ValueError naming the variable
     (in a fresh process; the variable is read once per process)."""
     env = dict(os.environ, MOJOLEARN_NUM_THREADS=value,
                PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(ROOT)]))

@@ -125,7 +125,7 @@ def test_random_large_k(m, k, n):
     a, b = normal(m, k), normal(k, n)
     exp = oracle(a, b)
     if m > 4:
-        # NN and TN only for the big m (TN needs a transposed copy of a)
+        # TN (a transposed 76 MB copy of a) only for the smaller of these m
         assert_same_bits(linalg.matmul(a, b), exp, "NN")
         assert_same_bits(linalg.matmul(a, np.ascontiguousarray(b.T), transpose_b=True), exp, "NT")
         if m <= 5:
@@ -142,6 +142,23 @@ def test_blocked_path_column_chunks_large_k():
     got = np.asarray(linalg.matmul(a, b))
     rows = [0, 1, 71, 72, 143, 144]
     assert_same_bits(got[rows], oracle(a[rows], b), "blocked 145x131073x70")
+
+
+TILE_NS = [1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97]
+
+
+@pytest.mark.parametrize("m", list(range(1, 15)) + [23, 24, 25, 71, 72, 73, 143, 144, 145, 289])
+def test_tile_edges(m):
+    """6.3 6.4 6.5: every m from 1 to 14 and the register/panel/block edges (MR = 6/12,
+    MC = 72/144) against n at the 16/32-column edges, k = 257 (three leaves), all
+    layouts."""
+    k = 257
+    a = normal(m, k)
+    b = normal(k, max(TILE_NS))
+    full = oracle(a, b)  # columns are independent: slice the oracle's result
+    for n in TILE_NS:
+        check_all_layouts(a, np.ascontiguousarray(b[:, :n]), f"tile m={m} n={n}",
+                          exp=np.ascontiguousarray(full[:, :n]))
 
 
 # ---------------------------------------------------------------- hand-built cases

@@ -106,6 +106,22 @@ def test_random_shapes_match_oracle(profile, m, k, n):
 
 
 @pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_tile_edges(profile):
+    """L-5 / W-3: every m from 1 to 13 and m at the 6-row panel / 48-row block edges
+    against n at the 16/32-column edges, k at the 4-byte group edges."""
+    fn, ora, _ = PROFILES[profile]
+    ms = list(range(1, 14)) + [47, 48, 49, 97]
+    ns = [1, 15, 16, 17, 31, 32, 33, 63, 64, 65]
+    for k in (1, 2, 3, 4, 7, 8, 9):
+        a = (RNG.standard_normal((max(ms), k)) * 2.0 ** RNG.integers(-9, 9, size=(max(ms), 1))).astype(F32)
+        b = RNG.standard_normal((max(ns), k)).astype(F32)
+        full = ora(a, b)
+        for m in ms:
+            for n in ns:
+                assert_same_bits(fn(a[:m], b[:n]), full[:m, :n], f"{profile} m={m} k={k} n={n}")
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
 @pytest.mark.parametrize("k", [1, 5, 129, 1000])
 def test_float_operand_equals_quantized_operand(profile, k):
     """L-5 / W-3: a float32 operand gives exactly the bits of passing its quantized
@@ -309,6 +325,16 @@ def test_int15_domain_limit_accepted_and_exact():
     a = RNG.standard_normal((2, k)).astype(F32)
     b = RNG.standard_normal((2, k)).astype(F32)
     assert_same_bits(linalg.matmul_int15(a, b), o_int15(a, b), "k=65536 float")
+
+
+@pytest.mark.parametrize("profile,m,k,n", [("int8", 2, 131072, 70), ("int15", 3, 65536, 130)])
+def test_largest_k_across_column_chunks(profile, m, k, n):
+    """L-5 L-7 / W-3 W-4: at the largest k the kernels pack B in chunks of 64 (int8) /
+    128 (int15) columns; a wider n crosses them and still gives the oracle's bits."""
+    fn, ora, _ = PROFILES[profile]
+    a = RNG.standard_normal((m, k)).astype(F32)
+    b = (RNG.standard_normal((n, k)) * 2.0 ** RNG.integers(-3, 3, size=(n, 1))).astype(F32)
+    assert_same_bits(fn(a, b), ora(a, b), f"{profile} {m}x{k}x{n}")
 
 
 @pytest.mark.parametrize("profile,k,rule", [("int8", 131073, "L-7"), ("int15", 65537, "W-4")])

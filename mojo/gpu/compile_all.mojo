@@ -22,6 +22,7 @@ from max.gpu.host import get_gpu_target
 from max.gpu.host.compile import _compile_code
 from gpu.kernels import (
     f32_leaves_kernel,
+    f32_leaves_tiled_kernel,
     f32_tree_kernel,
     int8_gemm_kernel,
     int15_gemm_kernel,
@@ -101,6 +102,10 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[f32_leaves_kernel[F32, BF], tgt]("f32_leaves[f32,bf16]", kind, t)
     _one[f32_leaves_kernel[BF, F32], tgt]("f32_leaves[bf16,f32]", kind, t)
     _one[f32_leaves_kernel[BF, BF], tgt]("f32_leaves[bf16,bf16]", kind, t)
+    _one[f32_leaves_tiled_kernel[F32, F32], tgt]("f32_leaves_tiled[f32,f32]", kind, t)
+    _one[f32_leaves_tiled_kernel[F32, BF], tgt]("f32_leaves_tiled[f32,bf16]", kind, t)
+    _one[f32_leaves_tiled_kernel[BF, F32], tgt]("f32_leaves_tiled[bf16,f32]", kind, t)
+    _one[f32_leaves_tiled_kernel[BF, BF], tgt]("f32_leaves_tiled[bf16,bf16]", kind, t)
     _one[f32_tree_kernel, tgt]("f32_tree", kind, t)
     _one[int8_gemm_kernel, tgt]("int8_gemm", kind, t)
     _one[int15_gemm_kernel, tgt]("int15_gemm", kind, t)

@@ -5,15 +5,16 @@ WHAT IT IS
     Each entry runs the SAME per-thread bodies (gpu/threads.mojo) as the device
     kernels, in plain single-threaded loops over the kernels' coordinates, pass by
     pass like the launches in gpu/launch.mojo: for fp32.v1 the leaves pass fills a
-    partials buffer parts[leaf][i][j], then the tree pass folds it into C; for the
+    partials buffer parts[leaf][i][j] (register-tiled threads when use_tiled(m, n),
+    as on the GPU), then the tree pass folds it into C; for the
     quantizers the row-exponent pass runs before the per-element codes. Slow by
     design (a reference, not a kernel).
 
 FLOATING-POINT STATE
-    The bodies flush explicitly, so they need only IEEE rounding with gradual
-    underflow on results; every entry sets FTZ off and round-to-nearest (DAZ on,
-    which changes nothing since every input is DAZ'd explicitly) and restores the
-    caller's MXCSR.
+    A GPU kernel runs with plain IEEE arithmetic (no DAZ, no FTZ; compile_all.mojo
+    checks it), so every entry sets the same on the CPU: DAZ off, FTZ off, round to
+    nearest, and restores the caller's MXCSR after. With DAZ on, a flush missing
+    from the bodies would be hidden by the hardware here and show on the GPU.
 
 ENTRIES (one tuple of ints each; Python has validated every argument)
     gpu_ref_gemm_f32((a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16))
@@ -29,10 +30,17 @@ from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32
-from common.fpstate import enter_contract_mode, leave_contract_mode
+from common.fpstate import read_mxcsr, write_mxcsr, MXCSR_DAZ, MXCSR_FTZ, MXCSR_RC_MASK
 from gemm.cpu.blocking import leaf_size
 from gpu.arith import a_strides, b_strides, leaves_of, INT8_SHIFT, INT15_SHIFT
 from gpu.threads import (
+    BX,
+    BY,
+    TM,
+    TN,
+    use_tiled,
+    tile_origin,
+    leaves_tile_thread,
     leaves_thread,
     tree_thread,
     int8_thread,
@@ -51,13 +59,41 @@ def _arg(args: PythonObject, i: Int) raises -> Int:
     return Int(py=args[i])
 
 
+def enter_ieee_mode() -> Int32:
+    """DAZ off, FTZ off, round to nearest (what the GPU kernels run under);
+    returns the old MXCSR."""
+    var old = read_mxcsr()
+    write_mxcsr(old & ~(MXCSR_DAZ | MXCSR_FTZ | MXCSR_RC_MASK))
+    return old
+
+
+def leave_ieee_mode(old: Int32):
+    write_mxcsr(old)
+
+
 def _leaves_pass[adt: DType, bdt: DType](
     a_addr: Int, b_addr: Int, parts: F32Ptr, m: Int, n: Int, k: Int,
     a_rs: Int, a_ks: Int, b_cs: Int, b_ks: Int, leaf: Int, nleaves: Int,
 ):
-    """The leaves launch: grid (n, m, nleaves) as loops, each point one thread."""
+    """The leaves launch as loops over its grid and blocks, each point one thread:
+    the tiled kernel's grid when use_tiled(m, n) (as launch.mojo), else one
+    thread per (i, j, leaf)."""
     var a = Pointer[Scalar[adt], MutAnyOrigin](unsafe_from_address=a_addr)
     var b = Pointer[Scalar[bdt], MutAnyOrigin](unsafe_from_address=b_addr)
+    if use_tiled(m, n):
+        var gx = (n + BX * TN - 1) // (BX * TN)
+        var gy = (m + BY * TM - 1) // (BY * TM)
+        for l in range(nleaves):
+            for by in range(gy):
+                for bx in range(gx):
+                    for ty in range(BY):
+                        for tx in range(BX):
+                            var o = tile_origin(bx, by, tx, ty)
+                            if o[0] < m and o[1] < n:
+                                leaves_tile_thread[adt, bdt](
+                                    a, b, parts, m, n, k, a_rs, a_ks, b_cs, b_ks, leaf, o[0], o[1], l
+                                )
+        return
     for l in range(nleaves):
         for i in range(m):
             for j in range(n):
@@ -81,7 +117,7 @@ def gpu_ref_gemm_f32(args: PythonObject) raises -> PythonObject:
     var sa = a_strides(m, k, trans_a)
     var sb = b_strides(n, k, trans_b)
     var parts = unsafe_alloc[Float32](max(1, nleaves * m * n), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
-    var old = enter_contract_mode()
+    var old = enter_ieee_mode()
     comptime F = DType.float32
     comptime H = DType.uint16
     if a_bf16 and b_bf16:
@@ -95,7 +131,7 @@ def gpu_ref_gemm_f32(args: PythonObject) raises -> PythonObject:
     for i in range(m):
         for j in range(n):
             tree_thread(parts, c, m, n, nleaves, i, j)
-    leave_contract_mode(old)
+    leave_ieee_mode(old)
     parts.unsafe_free()
     return PythonObject(None)
 
@@ -109,11 +145,11 @@ def gpu_ref_gemm_int8(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 5)
     var n = _arg(args, 6)
     var k = _arg(args, 7)
-    var old = enter_contract_mode()
+    var old = enter_ieee_mode()
     for i in range(m):
         for j in range(n):
             int8_thread(a, ea, b, eb, c, n, k, i, j)
-    leave_contract_mode(old)
+    leave_ieee_mode(old)
     return PythonObject(None)
 
 
@@ -128,11 +164,11 @@ def gpu_ref_gemm_int15(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 7)
     var n = _arg(args, 8)
     var k = _arg(args, 9)
-    var old = enter_contract_mode()
+    var old = enter_ieee_mode()
     for i in range(m):
         for j in range(n):
             int15_thread(ahi, alo, ea, bhi, blo, eb, c, n, k, i, j)
-    leave_contract_mode(old)
+    leave_ieee_mode(old)
     return PythonObject(None)
 
 
@@ -158,12 +194,12 @@ def gpu_ref_quantize_int8(args: PythonObject) raises -> PythonObject:
     var exps = ptr_i32(_arg(args, 2))
     var m = _arg(args, 3)
     var k = _arg(args, 4)
-    var old = enter_contract_mode()
+    var old = enter_ieee_mode()
     for r in range(m):
         row_exponent_thread(src, exps, k, INT8_SHIFT, r)
     for i in range(m * k):
         quantize_int8_thread(src, exps, codes, k, i)
-    leave_contract_mode(old)
+    leave_ieee_mode(old)
     return PythonObject(None)
 
 
@@ -174,12 +210,12 @@ def gpu_ref_quantize_int15(args: PythonObject) raises -> PythonObject:
     var exps = ptr_i32(_arg(args, 3))
     var m = _arg(args, 4)
     var k = _arg(args, 5)
-    var old = enter_contract_mode()
+    var old = enter_ieee_mode()
     for r in range(m):
         row_exponent_thread(src, exps, k, INT15_SHIFT, r)
     for i in range(m * k):
         quantize_int15_thread(src, exps, hi, lo, k, i)
-    leave_contract_mode(old)
+    leave_ieee_mode(old)
     return PythonObject(None)
 
 
@@ -189,10 +225,10 @@ def gpu_ref_dequantize_int8(args: PythonObject) raises -> PythonObject:
     var dst = ptr_f32(_arg(args, 2))
     var m = _arg(args, 3)
     var k = _arg(args, 4)
-    var old = enter_contract_mode()
+    var old = enter_ieee_mode()
     for i in range(m * k):
         dequantize_int8_thread(codes, exps, dst, k, i)
-    leave_contract_mode(old)
+    leave_ieee_mode(old)
     return PythonObject(None)
 
 
@@ -203,10 +239,10 @@ def gpu_ref_dequantize_int15(args: PythonObject) raises -> PythonObject:
     var dst = ptr_f32(_arg(args, 3))
     var m = _arg(args, 4)
     var k = _arg(args, 5)
-    var old = enter_contract_mode()
+    var old = enter_ieee_mode()
     for i in range(m * k):
         dequantize_int15_thread(hi, lo, exps, dst, k, i)
-    leave_contract_mode(old)
+    leave_ieee_mode(old)
     return PythonObject(None)
 
 

@@ -7,6 +7,8 @@ hardware flush: compile_all.mojo checks the PTX for that.
 fp32.v1 / bf16f32.v1 (split-K over the leaves, two launches):
     f32_leaves_kernel   thread (i, j, leaf) -> parts[leaf][i][j]   (rules 1-3)
                         grid (ceil(n/BX), ceil(m/BY), nleaves), block (BX, BY)
+    f32_leaves_tiled_kernel  the same, a TM x TN tile of outputs a thread
+                        (used when use_tiled(m, n); same bits)
     f32_tree_kernel     thread (i, j) folds parts[.][i][j] -> c[i][j] (rule 4)
 int8i32.v1 / int15i64.v1 (one launch):
     int8_gemm_kernel, int15_gemm_kernel   thread (i, j) -> c[i][j] = a @ b.T
@@ -16,12 +18,20 @@ converters (grid-stride loops, any size):
     quantize_int8_kernel, quantize_int15_kernel one thread per element, exps given
     dequantize_int8_kernel, dequantize_int15_kernel  one thread per element
 
-Every launch is laid out by gpu/launch.mojo; sizes arrive as Int32/Int64 (kernel
+Block and tile sizes live in gpu/threads.mojo; every launch is laid out by
+gpu/launch.mojo; sizes arrive as Int32/Int64 (kernel
 arguments must be device-passable) and index arithmetic is done in Int (64-bit).
 """
 from max.gpu import block_idx, thread_idx, block_dim, grid_dim
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
 from gpu.threads import (
+    BX,
+    BY,
+    TM,
+    TN,
+    B1,
+    tile_origin,
+    leaves_tile_thread,
     leaves_thread,
     tree_thread,
     int8_thread,
@@ -34,14 +44,6 @@ from gpu.threads import (
     dequantize_int8_thread,
     dequantize_int15_thread,
 )
-
-# 2-D thread blocks of the GEMM kernels: x runs along n (coalesced C and NN B),
-# y along m.
-comptime BX = 32
-comptime BY = 8
-# 1-D kernels
-comptime B1 = 256
-
 
 @always_inline
 def _gid_x() -> Int:
@@ -75,6 +77,26 @@ def f32_leaves_kernel[adt: DType, bdt: DType](
     leaves_thread[adt, bdt](
         a, b, parts, Int(m), Int(n), Int(k), Int(a_rs), Int(a_ks), Int(b_cs), Int(b_ks),
         Int(leaf), i, j, Int(block_idx.z),
+    )
+
+
+def f32_leaves_tiled_kernel[adt: DType, bdt: DType](
+    a: Pointer[Scalar[adt], MutAnyOrigin],
+    b: Pointer[Scalar[bdt], MutAnyOrigin],
+    parts: F32Ptr,
+    m: Int32, n: Int32, k: Int32,
+    a_rs: Int64, a_ks: Int64, b_cs: Int64, b_ks: Int64,
+    leaf: Int32,
+):
+    """As f32_leaves_kernel, each thread a TM x TN tile of outputs (register
+    tiling: a step's TM + TN loads serve TM * TN chains; no shared memory).
+    Grid (ceil(n / (BX*TN)), ceil(m / (BY*TM)), nleaves), block (BX, BY)."""
+    var o = tile_origin(Int(block_idx.x), Int(block_idx.y), Int(thread_idx.x), Int(thread_idx.y))
+    if o[0] >= Int(m) or o[1] >= Int(n):
+        return
+    leaves_tile_thread[adt, bdt](
+        a, b, parts, Int(m), Int(n), Int(k), Int(a_rs), Int(a_ks), Int(b_cs), Int(b_ks),
+        Int(leaf), o[0], o[1], Int(block_idx.z),
     )
 
 

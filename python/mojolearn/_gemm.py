@@ -44,14 +44,23 @@ def _ws_fit(need: int):
         _tls.ws = (ctypes.c_byte * need)()
 
 
+def _flag(func, name, v):
+    if isinstance(v, bool):
+        return v
+    if type(v).__name__ == "bool" and type(v).__module__ == "numpy":  # numpy.bool_
+        return bool(v)
+    raise TypeError(f"mojolearn: {func}: {name} must be bool, got {type(v).__name__}")
+
+
 def _layout(func, transpose_a, transpose_b):
-    if not isinstance(transpose_a, bool) or not isinstance(transpose_b, bool):
-        raise TypeError(f"mojolearn: {func}: transpose_a and transpose_b must be bool")
+    transpose_a = _flag(func, "transpose_a", transpose_a)
+    transpose_b = _flag(func, "transpose_b", transpose_b)
     if transpose_a and transpose_b:
         raise ValueError(
             f"mojolearn: {func}: transpose_a and transpose_b together are not supported "
             "(fp32.v1 section 7); compute (b @ a).T instead or transpose one operand yourself"
         )
+    return transpose_a, transpose_b
 
 
 def _shapes(func, ash, bsh, transpose_a, transpose_b):
@@ -80,7 +89,7 @@ def _result(func, out, m, n):
 
 
 def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
-    _layout(func, transpose_a, transpose_b)
+    transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
     ab = buf(a, func, "a", a_dtypes, ndim=2)
     bb = buf(b, func, "b", b_dtypes, ndim=2)
     m, n, k = _shapes(func, ab.shape, bb.shape, transpose_a, transpose_b)

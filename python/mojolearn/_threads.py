@@ -48,6 +48,10 @@ def get_num_threads() -> int:
 def set_num_threads(n: int) -> int:
     """Set the task count for later calls; returns the previous one."""
     global _n
-    prev = get_num_threads()
-    _n = _check(n, "set_num_threads(n)")
+    v = _check(n, "set_num_threads(n)")
+    try:
+        prev = get_num_threads()
+    except ValueError:  # a bad MOJOLEARN_NUM_THREADS is overridden by the call
+        prev = None
+    _n = v
     return prev

@@ -122,6 +122,10 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
             leave_contract_mode(old)
         if own:
             ws.unsafe_free()
+        if g.sabotage and rows_path:
+            # SABOTAGE ONLY (conformance --sabotage): the rows path flips C[0, 0]'s low bit
+            var cb = U32Ptr(unsafe_from_address=g.c)
+            cb.unsafe_store(0, cb.unsafe_load(0) ^ 1)
     cpy.PyEval_RestoreThread(st)
     return PythonObject(need_total)
 

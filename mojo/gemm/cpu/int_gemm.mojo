@@ -66,7 +66,10 @@ def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
 def _store(
     g: IntArgs, s: SIMD[DType.float32, IW], ea_i: Int32, eb: I32Ptr, i: Int, j: Int, nr: Int
 ):
-    var e = SIMD[DType.int32, IW](ea_i) + _load_eb(eb, j, nr)
+    # the true exponent sum (int64: no wrap-around), clamped to a range where pow2f
+    # is already saturated (inf above 127, 0 below -126)
+    var e64 = SIMD[DType.int64, IW](Int64(ea_i)) + _load_eb(eb, j, nr).cast[DType.int64]()
+    var e = max(min(e64, SIMD[DType.int64, IW](1000)), SIMD[DType.int64, IW](-1000)).cast[DType.int32]()
     var out = ftz[IW](s * _scale(e))
     var c = F32Ptr(unsafe_from_address=g.c).unsafe_offset(i * g.n + j)
     if nr >= IW:

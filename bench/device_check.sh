@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# The GPU machine check: build the GPU extension, prove its bits equal the CPU's,
+# then time it. Sized for < 8 minutes on one H200.
+#
+#   bench/device_check.sh              on a GPU machine (NVIDIA or AMD)
+#   bench/device_check.sh --cpu-half   the CPU-side steps only (any machine; a test runs it)
+#   bench/device_check.sh --arch sm_90 force the accelerator architecture
+#
+# Steps (GPU = skipped with --cpu-half):
+#   1 GPU   detect the GPU (nvidia-smi / rocm-smi / rocminfo) and its architecture
+#   2       the CPU extension (build_native.py: a no-op when up to date; with
+#           --cpu-half an existing build is used as it is)
+#   3       build the GPU extension mojo/_native_gpu.mojo for the architecture:
+#           into python/mojolearn/ on a GPU machine, into a temporary folder with
+#           --cpu-half (sm_90 unless --arch; a compile check only)
+#   4       device_info(): on a GPU machine it must name the device; with
+#           --cpu-half it may instead refuse, with a clear "mojolearn._native_gpu:" error
+#   5       conformance on the CPU build; GPU: also on the GPU build
+#           (MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu)
+#   6 GPU   GPU vs CPU bits on fresh random cases (new seed each run, printed)
+#   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed
+# Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 240).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PY:-$ROOT/.venv/bin/python}
+MOJO=${MOJO:-$ROOT/.venv/bin/mojo}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
+CPU_HALF=0
+ARCH=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --cpu-half) CPU_HALF=1 ;;
+        --arch) ARCH="$2"; shift ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        *) echo "device_check: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+T0=$(date +%s)
+step() { echo; echo "== device_check [$(( $(date +%s) - T0 ))s] $*"; }
+WORK=$(mktemp -d /tmp/device_check.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+
+# ---------------------------------------------------------------- 1 detect
+step "1 detect the GPU"
+VENDOR=none
+if [ "$CPU_HALF" = 0 ]; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+        VENDOR=nvidia
+        nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+        if [ -z "$ARCH" ]; then
+            CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+            ARCH="sm_$CAP"
+        fi
+    elif command -v rocminfo >/dev/null 2>&1 && rocminfo >/dev/null 2>&1; then
+        VENDOR=amd
+        command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname || true
+        [ -n "$ARCH" ] || ARCH=$(rocminfo | grep -o -m1 'gfx[0-9a-f]*')
+    else
+        echo "device_check: no GPU found (nvidia-smi / rocminfo); use --cpu-half on a CPU machine" >&2
+        exit 1
+    fi
+    echo "vendor $VENDOR, architecture $ARCH"
+else
+    ARCH=${ARCH:-sm_90}
+    echo "--cpu-half: no GPU used; compile check for $ARCH"
+fi
+
+# ---------------------------------------------------------------- 2 CPU extension
+step "2 CPU extension"
+if [ "$CPU_HALF" = 1 ] && [ -f python/mojolearn/_native.so ]; then
+    echo "--cpu-half: using the existing python/mojolearn/_native.so (make build refreshes it)"
+else
+    "$PY" build_native.py
+fi
+
+# ---------------------------------------------------------------- 3 GPU extension
+step "3 build the GPU extension for $ARCH"
+if [ "$CPU_HALF" = 0 ]; then GPU_OUT="$ROOT/python/mojolearn"; else GPU_OUT="$WORK"; fi
+B0=$(date +%s)
+"$MOJO" build mojo/_native_gpu.mojo -I mojo --emit shared-lib --target-accelerator "$ARCH" \
+    -o "$GPU_OUT/_native_gpu.so" -Xlinker '-rpath=$ORIGIN' 2>&1 | { grep -v Crashpad || true; }
+[ -f "$GPU_OUT/_native_gpu.so" ] || { echo "device_check: GPU build failed" >&2; exit 1; }
+for lib in "$ROOT"/python/mojolearn/lib*.so; do
+    [ -e "$GPU_OUT/$(basename "$lib")" ] || cp "$lib" "$GPU_OUT/"
+done
+echo "built $GPU_OUT/_native_gpu.so in $(( $(date +%s) - B0 ))s"
+
+# ---------------------------------------------------------------- 4 device_info
+step "4 device_info()"
+GPU_OUT="$GPU_OUT" CPU_HALF="$CPU_HALF" "$PY" - <<'EOF'
+import importlib.machinery, importlib.util, os, sys
+path = os.path.join(os.environ["GPU_OUT"], "_native_gpu.so")
+loader = importlib.machinery.ExtensionFileLoader("_native_gpu", path)
+spec = importlib.util.spec_from_file_location("_native_gpu", path, loader=loader)
+g = importlib.util.module_from_spec(spec)
+loader.exec_module(g)
+try:
+    info = g.device_info(())
+except Exception as e:
+    msg = str(e)
+    print("device_info refused:", msg)
+    ok = msg.startswith("mojolearn._native_gpu:")
+    sys.exit(0 if (os.environ["CPU_HALF"] == "1" and ok) else 1)
+print("device_info:", info)
+EOF
+
+# ---------------------------------------------------------------- 5 conformance
+step "5 conformance (CPU build)"
+"$PY" -m mojolearn conformance --quiet
+if [ "$CPU_HALF" = 0 ]; then
+    step "5 conformance (GPU build)"
+    MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu "$PY" -m mojolearn conformance --quiet
+fi
+
+if [ "$CPU_HALF" = 1 ]; then
+    echo
+    echo "device_check: cpu half ok ($(( $(date +%s) - T0 ))s)"
+    exit 0
+fi
+
+# ---------------------------------------------------------------- 6 GPU vs CPU bits
+step "6 GPU vs CPU bits on fresh random cases"
+"$PY" - <<'EOF'
+import os, sys, time
+import numpy as np
+from mojolearn import _native as cpu
+from mojolearn import _native_gpu as gpu
+
+seed = int(os.environ.get("DEVICE_CHECK_SEED", time.time_ns() % 2**32))
+rng = np.random.default_rng(seed)
+print(f"seed {seed} (DEVICE_CHECK_SEED={seed} repeats this run)")
+A = lambda x: x.ctypes.data
+rows, bad = [], 0
+
+
+def data(shape, kind):
+    x = rng.standard_normal(shape).astype(np.float32)
+    if kind == "edge":
+        p = rng.random(shape)
+        sub = (rng.integers(1, 1 << 23, size=shape, dtype=np.uint32)
+               | (rng.integers(0, 2, size=shape, dtype=np.uint32) << 31)).view(np.float32)
+        x = np.where(p < 0.1, sub, x)
+        x = np.where((p >= 0.1) & (p < 0.13), np.float32(np.inf), x)
+        x = np.where((p >= 0.13) & (p < 0.15), np.float32(np.nan), x)
+        x = np.where((p >= 0.15) & (p < 0.2), np.float32(-0.0), x)
+        x = np.where((p >= 0.2) & (p < 0.5), x * np.float32(2.0 ** -63), x)
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def same(g, c):
+    if g.dtype == np.float32:
+        gn, cn = np.isnan(g), np.isnan(c)
+        return bool(np.array_equal(gn, cn) and np.array_equal(g.view(np.uint32)[~cn], c.view(np.uint32)[~cn]))
+    return bool(np.array_equal(g, c))
+
+
+def record(name, shape, outs):
+    global bad
+    ok = all(same(g, c) for g, c in outs)
+    bad += not ok
+    rows.append((name, "x".join(map(str, shape)), "same bits" if ok else "DIFFER"))
+
+
+def to_bf16(x):
+    o = np.empty(x.shape, np.uint16)
+    cpu.to_bf16((A(x), A(o), x.size, 1))
+    return o
+
+
+f32_shapes = [(1, 1, 1), (3, 5, 128), (2, 3, 129), (7, 4, 257), (5, 3, 2049), (1, 2, 131073),
+              (67, 45, 300), (256, 192, 1000), (1024, 1024, 1024)]
+for m, n, k in f32_shapes:
+    for ta, tb in ((0, 0), (0, 1), (1, 0)):
+        for abf, bbf in ((0, 0), (0, 1), (1, 1)):
+            if (m * n * k > 10 ** 8) and (abf or ta or tb):
+                continue
+            kind = "edge" if m * n * k < 10 ** 7 else "normal"
+            a = data((k, m) if ta else (m, k), kind)
+            b = data((n, k) if tb else (k, n), kind)
+            if abf:
+                a = to_bf16(a)
+            if bbf:
+                b = to_bf16(b)
+            cg = np.full((m, n), 7, np.float32)
+            cc = np.full((m, n), 9, np.float32)
+            args = (A(a), A(b), None, m, n, k, ta, tb, abf, bbf, 2, 0, 0, 0)
+            gpu.gemm_f32(args[:2] + (A(cg),) + args[3:])
+            cpu.gemm_f32(args[:2] + (A(cc),) + args[3:])
+            lay = "TN" if ta else ("NT" if tb else "NN")
+            record(f"gemm_f32 {lay} a{'bf16' if abf else 'f32'} b{'bf16' if bbf else 'f32'}",
+                   (m, n, k), [(cg, cc)])
+
+for m, n, k in [(1, 1, 1), (5, 7, 129), (64, 48, 4099), (512, 512, 2048)]:
+    a = rng.integers(-127, 128, size=(m, k), dtype=np.int8)
+    b = rng.integers(-127, 128, size=(n, k), dtype=np.int8)
+    ea = rng.integers(-140, 140, size=m).astype(np.int32)
+    eb = rng.integers(-140, 140, size=n).astype(np.int32)
+    cg, cc = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
+    gpu.gemm_int8((A(a), A(ea), A(b), A(eb), A(cg), m, n, k, 2, 0, 0, 0))
+    cpu.gemm_int8((A(a), A(ea), A(b), A(eb), A(cc), m, n, k, 2, 0, 0, 0))
+    record("gemm_int8", (m, n, k), [(cg, cc)])
+    ca = rng.integers(-16383, 16384, size=(m, k))
+    cb = rng.integers(-16383, 16384, size=(n, k))
+    ah, al = (ca >> 7).astype(np.int8), (ca & 127).astype(np.int8)
+    bh, bl = (cb >> 7).astype(np.int8), (cb & 127).astype(np.int8)
+    gpu.gemm_int15((A(ah), A(al), A(ea), A(bh), A(bl), A(eb), A(cg), m, n, k, 2, 0, 0, 0))
+    cpu.gemm_int15((A(ah), A(al), A(ea), A(bh), A(bl), A(eb), A(cc), m, n, k, 2, 0, 0, 0))
+    record("gemm_int15", (m, n, k), [(cg, cc)])
+
+bits = rng.integers(0, 2 ** 32, size=1 << 22, dtype=np.uint32)
+x = bits.view(np.float32)
+og, oc = np.empty(x.size, np.uint16), np.empty(x.size, np.uint16)
+gpu.to_bf16((A(x), A(og), x.size, 2))
+cpu.to_bf16((A(x), A(oc), x.size, 2))
+record("to_bf16 (random bits)", (x.size,), [(og, oc)])
+h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+wg, wc = np.empty(65536, np.float32), np.empty(65536, np.float32)
+gpu.from_bf16((A(h), A(wg), 65536, 2))
+cpu.from_bf16((A(h), A(wc), 65536, 2))
+record("from_bf16 (all patterns)", (65536,), [(wg, wc)])
+
+for m, k in [(1, 1), (17, 33), (300, 1000), (2048, 4096)]:
+    x = data((m, k), "edge")
+    x[0] = 0
+    if m > 2:
+        x[1] = np.nan
+        x[2] *= np.float32(2.0 ** -100)
+    cg, cc = np.empty((m, k), np.int8), np.empty((m, k), np.int8)
+    eg, ec = np.empty(m, np.int32), np.empty(m, np.int32)
+    gpu.quantize_int8((A(x), A(cg), A(eg), m, k, 2))
+    cpu.quantize_int8((A(x), A(cc), A(ec), m, k, 2))
+    dg, dc = np.empty((m, k), np.float32), np.empty((m, k), np.float32)
+    gpu.dequantize_int8((A(cc), A(ec), A(dg), m, k, 2))
+    cpu.dequantize_int8((A(cc), A(ec), A(dc), m, k, 2))
+    record("quantize/dequantize int8", (m, k), [(cg, cc), (eg, ec), (dg, dc)])
+    hg, lg, hc, lc = (np.empty((m, k), np.int8) for _ in range(4))
+    gpu.quantize_int15((A(x), A(hg), A(lg), A(eg), m, k, 2))
+    cpu.quantize_int15((A(x), A(hc), A(lc), A(ec), m, k, 2))
+    gpu.dequantize_int15((A(hc), A(lc), A(ec), A(dg), m, k, 2))
+    cpu.dequantize_int15((A(hc), A(lc), A(ec), A(dc), m, k, 2))
+    record("quantize/dequantize int15", (m, k), [(hg, hc), (lg, lc), (eg, ec), (dg, dc)])
+
+w = max(len(r[0]) for r in rows)
+for name, shape, res in rows:
+    print(f"  {name:<{w}}  {shape:>16}  {res}")
+print(f"{len(rows) - bad} of {len(rows)} cases give the CPU's bits")
+sys.exit(1 if bad else 0)
+EOF
+
+# ---------------------------------------------------------------- 7 bench
+step "7 bench/run.py on the GPU build (timeout ${BENCH_TIMEOUT}s)"
+set +e
+MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu timeout "$BENCH_TIMEOUT" \
+    "$PY" bench/run.py --reps 3 --out "$WORK/bench-gpu-$ARCH.json"
+RC=$?
+set -e
+if [ $RC = 124 ]; then
+    echo "device_check: the full bench passed ${BENCH_TIMEOUT}s; running --quick instead"
+    MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu "$PY" bench/run.py --quick --out "$WORK/bench-gpu-$ARCH-quick.json"
+elif [ $RC != 0 ]; then
+    exit $RC
+fi
+mkdir -p "${DEVICE_CHECK_OUT:-$ROOT/bench/results}"
+cp "$WORK"/bench-gpu-*.json "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
+
+echo
+echo "device_check: all steps ok on $ARCH ($(( $(date +%s) - T0 ))s)"

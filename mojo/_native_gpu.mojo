@@ -1,0 +1,339 @@
+"""The GPU build of the mojolearn extension: module `mojolearn._native_gpu`.
+
+    mojo build mojo/_native_gpu.mojo -I mojo --emit shared-lib \\
+        --target-accelerator sm_90 -o python/mojolearn/_native_gpu.so -Xlinker '-rpath=$ORIGIN'
+
+(sm_80 / sm_90 for NVIDIA, gfx942 for AMD; see bench/device_check.sh.)
+
+WHAT IT IS
+    The same entries, with the same tuple-of-ints arguments, as the CPU module
+    mojolearn._native (to_bf16, from_bf16, quantize_int8, quantize_int15,
+    dequantize_int8, dequantize_int15, gemm_f32, gemm_int8, gemm_int15,
+    strided_copy, mxcsr), so MOJOLEARN_NATIVE=_native_gpu serves mojolearn from
+    the GPU; plus device_info(()) -> (api, device name), api being "cuda", "hip"
+    or "metal". The kernels are mojo/gpu/kernels.mojo, launched by
+    mojo/gpu/launch.mojo: every call copies its inputs to the device, launches,
+    and copies the result back before it returns.
+
+ARGUMENTS THE GPU IGNORES
+    `tasks` (a CPU thread count) and the workspace address / size of the GEMMs
+    (the GEMM entries return 0 bytes needed). `sabotage` (conformance
+    --sabotage only) flips the low bit of C[0, 0] so that run must fail.
+
+ERRORS
+    No driver, no device, or a failing launch raise an Exception whose text
+    starts "mojolearn._native_gpu:" and gives the runtime's reason; nothing
+    falls back to the CPU silently.
+"""
+from std.python import Python, PythonObject
+from std.python.bindings import PythonModuleBuilder
+from std.os import abort
+from max.gpu.host import DeviceContext
+from common.ptr import ptr_u8, ptr_u32
+from common.fpstate import read_mxcsr
+import gpu.launch as L
+
+
+def _arg(args: PythonObject, i: Int) raises -> Int:
+    return Int(py=args[i])
+
+
+def _first_line(e: Error) -> String:
+    var s = String(e)
+    var nl = s.find("\n")
+    if nl >= 0:
+        return String(s[byte=0:nl])
+    return s
+
+
+def _context() raises -> DeviceContext:
+    try:
+        return DeviceContext()
+    except e:
+        raise Error(String("mojolearn._native_gpu: no usable GPU (", _first_line(e), ")"))
+
+
+def _fail(what: String, e: Error) -> Error:
+    var msg = String(e)
+    if msg.startswith("mojolearn._native_gpu:"):
+        return Error(msg)
+    return Error(String("mojolearn._native_gpu: ", what, " failed: ", _first_line(e)))
+
+
+def _flip_low_bit(c_addr: Int):
+    """conformance --sabotage only."""
+    var c = ptr_u32(c_addr)
+    c.unsafe_store(0, c.unsafe_load(0) ^ 1)
+
+
+# ---------------------------------------------------------------- device
+def device_info(args: PythonObject) raises -> PythonObject:
+    """() -> (api, device name); raises with the runtime's reason when no GPU can
+    be opened (no driver, no device, wrong vendor for this build)."""
+    var ctx = _context()
+    var api = String(ctx.api())
+    var name = String(ctx.name())
+    return Python.tuple(PythonObject(api), PythonObject(name))
+
+
+# ---------------------------------------------------------------- converters
+def to_bf16(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32 addr, dst u16 addr, n, tasks)."""
+    var src = _arg(args, 0)
+    var dst = _arg(args, 1)
+    var n = _arg(args, 2)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.to_bf16(_context(), src, dst, n)
+    except e:
+        err = String(_fail("to_bf16", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+def from_bf16(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src u16 addr, dst f32 addr, n, tasks)."""
+    var src = _arg(args, 0)
+    var dst = _arg(args, 1)
+    var n = _arg(args, 2)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.from_bf16(_context(), src, dst, n)
+    except e:
+        err = String(_fail("from_bf16", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+def quantize_int8(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32, codes i8, exps i32, m, k, tasks)."""
+    var src = _arg(args, 0)
+    var codes = _arg(args, 1)
+    var exps = _arg(args, 2)
+    var m = _arg(args, 3)
+    var k = _arg(args, 4)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.quantize_int8(_context(), src, codes, exps, m, k)
+    except e:
+        err = String(_fail("quantize_int8", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+def quantize_int15(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32, hi i8, lo i8, exps i32, m, k, tasks)."""
+    var src = _arg(args, 0)
+    var hi = _arg(args, 1)
+    var lo = _arg(args, 2)
+    var exps = _arg(args, 3)
+    var m = _arg(args, 4)
+    var k = _arg(args, 5)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.quantize_int15(_context(), src, hi, lo, exps, m, k)
+    except e:
+        err = String(_fail("quantize_int15", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+def dequantize_int8(args: PythonObject) raises -> PythonObject:
+    """Arguments: (codes i8, exps i32, dst f32, m, k, tasks)."""
+    var codes = _arg(args, 0)
+    var exps = _arg(args, 1)
+    var dst = _arg(args, 2)
+    var m = _arg(args, 3)
+    var k = _arg(args, 4)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.dequantize_int8(_context(), codes, exps, dst, m, k)
+    except e:
+        err = String(_fail("dequantize_int8", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+def dequantize_int15(args: PythonObject) raises -> PythonObject:
+    """Arguments: (hi i8, lo i8, exps i32, dst f32, m, k, tasks)."""
+    var hi = _arg(args, 0)
+    var lo = _arg(args, 1)
+    var exps = _arg(args, 2)
+    var dst = _arg(args, 3)
+    var m = _arg(args, 4)
+    var k = _arg(args, 5)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.dequantize_int15(_context(), hi, lo, exps, dst, m, k)
+    except e:
+        err = String(_fail("dequantize_int15", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+# ---------------------------------------------------------------- GEMMs
+def gemm_f32(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, tasks, sabotage,
+    workspace address, workspace bytes). Returns 0 (no host workspace needed)."""
+    var a = _arg(args, 0)
+    var b = _arg(args, 1)
+    var cc = _arg(args, 2)
+    var m = _arg(args, 3)
+    var n = _arg(args, 4)
+    var k = _arg(args, 5)
+    var ta = _arg(args, 6) != 0
+    var tb = _arg(args, 7) != 0
+    var abf = _arg(args, 8) != 0
+    var bbf = _arg(args, 9) != 0
+    var sabotage = _arg(args, 11) != 0
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.gemm_f32(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf)
+    except e:
+        err = String(_fail("gemm_f32", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    if sabotage and m > 0 and n > 0:
+        _flip_low_bit(cc)
+    return PythonObject(0)
+
+
+def gemm_int8(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a codes, a exps, b codes, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
+    var a = _arg(args, 0)
+    var ea = _arg(args, 1)
+    var b = _arg(args, 2)
+    var eb = _arg(args, 3)
+    var cc = _arg(args, 4)
+    var m = _arg(args, 5)
+    var n = _arg(args, 6)
+    var k = _arg(args, 7)
+    var sabotage = _arg(args, 9) != 0
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.gemm_int8(_context(), a, ea, b, eb, cc, m, n, k)
+    except e:
+        err = String(_fail("gemm_int8", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    if sabotage and m > 0 and n > 0:
+        _flip_low_bit(cc)
+    return PythonObject(0)
+
+
+def gemm_int15(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a hi, a lo, a exps, b hi, b lo, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
+    var ahi = _arg(args, 0)
+    var alo = _arg(args, 1)
+    var ea = _arg(args, 2)
+    var bhi = _arg(args, 3)
+    var blo = _arg(args, 4)
+    var eb = _arg(args, 5)
+    var cc = _arg(args, 6)
+    var m = _arg(args, 7)
+    var n = _arg(args, 8)
+    var k = _arg(args, 9)
+    var sabotage = _arg(args, 11) != 0
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        L.gemm_int15(_context(), ahi, alo, ea, bhi, blo, eb, cc, m, n, k)
+    except e:
+        err = String(_fail("gemm_int15", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    if sabotage and m > 0 and n > 0:
+        _flip_low_bit(cc)
+    return PythonObject(0)
+
+
+# ---------------------------------------------------------------- host helpers
+def strided_copy(args: PythonObject) raises -> PythonObject:
+    """(src, dst, itemsize, ndim, shape list, byte strides list): gather a strided
+    array into C order on the host (the CPU module's entry of the same name)."""
+    var src = _arg(args, 0)
+    var dst = ptr_u8(_arg(args, 1))
+    var isz = _arg(args, 2)
+    var nd = _arg(args, 3)
+    var shape = List[Int]()
+    var strides = List[Int]()
+    var total = 1
+    for d in range(nd):
+        shape.append(Int(py=args[4][d]))
+        strides.append(Int(py=args[5][d]))
+        total *= shape[d]
+    var pos = List[Int](length=nd, fill=0)
+    var off = 0
+    for o in range(total):
+        var s = ptr_u8(src + off)
+        for t in range(isz):
+            dst.unsafe_store(o * isz + t, s.unsafe_load(t))
+        # odometer step over the index, last axis fastest
+        var d = nd - 1
+        while d >= 0:
+            pos[d] += 1
+            off += strides[d]
+            if pos[d] < shape[d]:
+                break
+            off -= pos[d] * strides[d]
+            pos[d] = 0
+            d -= 1
+    return PythonObject(None)
+
+
+def mxcsr(args: PythonObject) raises -> PythonObject:
+    """The calling thread's MXCSR (the host side never changes it)."""
+    return PythonObject(Int(read_mxcsr()))
+
+
+@export
+def PyInit__native_gpu() abi("C") -> PythonObject:
+    try:
+        var m = PythonModuleBuilder("_native_gpu")
+        m.def_function[device_info]("device_info")
+        m.def_function[to_bf16]("to_bf16")
+        m.def_function[from_bf16]("from_bf16")
+        m.def_function[quantize_int8]("quantize_int8")
+        m.def_function[quantize_int15]("quantize_int15")
+        m.def_function[dequantize_int8]("dequantize_int8")
+        m.def_function[dequantize_int15]("dequantize_int15")
+        m.def_function[gemm_f32]("gemm_f32")
+        m.def_function[gemm_int8]("gemm_int8")
+        m.def_function[gemm_int15]("gemm_int15")
+        m.def_function[strided_copy]("strided_copy")
+        m.def_function[mxcsr]("mxcsr")
+        return m.finalize()
+    except e:
+        abort(String("mojolearn._native_gpu: module init failed: ", e))
