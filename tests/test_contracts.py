@@ -1,0 +1,53 @@
+"""contracts/ is the authority: every rule id in the contracts is checked by at least
+one test that names it, and every test in the kernel test files names its rule."""
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FP32 = ROOT / "contracts" / "gemm" / "IDENTICAL_FP32_CONTRACT.md"
+LOWBIT = ROOT / "contracts" / "gemm" / "IDENTICAL_LOWBIT_CONTRACT.md"
+KERNEL_TESTS = ["test_convert.py", "test_gemm_fp32.py", "test_gemm_bf16.py",
+                "test_gemm_int.py", "test_identity.py", "test_errors.py"]
+
+
+def rule_ids():
+    fp = re.findall(r"^###? (\d+(?:\.\d+)?)\b", FP32.read_text(), re.M)
+    lb = re.findall(r"^## ([LW]-\d)\b", LOWBIT.read_text(), re.M)
+    return fp, lb
+
+
+def _docstrings():
+    out = {}
+    for f in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+                out[(f.name, node.name)] = ast.get_docstring(node) or ""
+    return out
+
+
+def test_every_rule_has_a_test():
+    """Contracts: no rule without a test (each id appears in some test's docstring)."""
+    fp, lb = rule_ids()
+    assert {"6.1", "6.2", "6.3", "6.4", "6.5", "6.6", "7", "8", "9"} <= set(fp)
+    assert {f"L-{i}" for i in range(1, 8)} | {f"W-{i}" for i in range(1, 5)} <= set(lb)
+    docs = " ".join(_docstrings().values())
+    missing = [r for r in fp if not re.search(rf"(?<![\d.]){re.escape(r)}(?![\d])", docs)]
+    missing += [r for r in lb if r not in docs]
+    assert not missing, f"rules with no test naming them: {missing}"
+
+
+def test_every_kernel_test_names_its_rule():
+    """Contracts: each kernel test's docstring names the rule it checks."""
+    pat = re.compile(r"(?<![\d.])(6\.[1-6]|[789])(?![\d])|[LW]-\d")
+    bad = [f"{f}::{n}" for (f, n), d in _docstrings().items()
+           if f in KERNEL_TESTS and not pat.search(d)]
+    assert not bad, f"tests without a rule id in their docstring: {bad}"
+
+
+def test_contract_test_files_exist():
+    """Contracts: every test file a rule cites exists."""
+    for p in (FP32, LOWBIT):
+        for name in set(re.findall(r"tests/(test_\w+\.py)", p.read_text())):
+            assert (ROOT / "tests" / name).exists(), name
