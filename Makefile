@@ -6,7 +6,7 @@ STAMP := $(VENV)/.deps-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all build test test-fast bench conformance wheel clean
+.PHONY: all build test test-fast bench conformance wheel clean gpu-compile gpu-check device-check
 
 all: build
 
@@ -16,7 +16,7 @@ $(STAMP): requirements-dev.txt
 	touch $(STAMP)
 
 $(BENCH_STAMP): requirements-bench.txt $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt || \
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt -c requirements-dev.txt || \
 	  echo "make bench: torch could not be installed; its columns will be skipped"
 	touch $(BENCH_STAMP)
 
@@ -36,6 +36,14 @@ conformance: build
 	$(PY) build_native.py --target-cpu x86-64-v3 --name _native_v3
 	PYTHONPATH=python $(PY) -m mojolearn conformance
 	PYTHONPATH=python MOJOLEARN_NATIVE=_native_v3 $(PY) -m mojolearn conformance
+
+# every GPU kernel compiled offline for sm_80, sm_90, gfx942 and apple-m3 (no GPU needed)
+gpu-compile: $(STAMP)
+	env PYTHONPATH= $(VENV)/bin/mojo run -I mojo mojo/gpu/compile_all.mojo
+
+# on a GPU box: GPU build, conformance on the GPU, GPU vs CPU bits, bench with GPU rows
+device-check gpu-check: build
+	bash bench/device_check.sh
 
 wheel: build
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .

@@ -93,7 +93,15 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
     if not quiet:
         print("mojolearn build:", " ".join(cmd[1:]), flush=True)
     t0 = time.time()
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    # a process that loaded a Mojo extension has PYTHONPATH=":" in its C environment,
+    # which breaks the compiler's own Python; give it a clean one
+    env = dict(os.environ)
+    pp = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if pp:
+        env["PYTHONPATH"] = os.pathsep.join(pp)
+    else:
+        env.pop("PYTHONPATH", None)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     msgs = [ln for ln in (r.stdout + r.stderr).splitlines() if "Crashpad" not in ln]
     if r.returncode != 0:
         print("\n".join(msgs), file=sys.stderr)

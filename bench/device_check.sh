@@ -15,8 +15,8 @@
 #           --cpu-half (sm_90 unless --arch; a compile check only)
 #   4       device_info(): on a GPU machine it must name the device; with
 #           --cpu-half it may instead refuse, with a clear "mojolearn._native_gpu:" error
-#   5       conformance on the CPU build; GPU: also on the GPU build
-#           (MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu)
+#   5       conformance on the CPU build (MOJOLEARN_DEVICE=cpu); GPU: also on the GPU build
+#           (MOJOLEARN_DEVICE=gpu; the run must name mojolearn._native_gpu)
 #   6 GPU   GPU vs CPU bits on fresh random cases (new seed each run, printed)
 #   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed
 # Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 240).
@@ -41,7 +41,11 @@ T0=$(date +%s)
 step() { echo; echo "== device_check [$(( $(date +%s) - T0 ))s] $*"; }
 WORK=$(mktemp -d /tmp/device_check.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+# Empty PYTHONPATH entries mean the cwd: a Mojo extension loaded by a parent
+# process leaves PYTHONPATH=":", and with this repository's mojo/ folder first on
+# sys.path the `mojo` launcher script fails (No module named 'mojo._entrypoints').
+PP=$(printf '%s' "${PYTHONPATH:-}" | tr ':' '\n' | { grep -v '^$' || true; } | paste -sd: -)
+export PYTHONPATH="$ROOT/python${PP:+:$PP}"
 
 # ---------------------------------------------------------------- 1 detect
 step "1 detect the GPU"
@@ -109,10 +113,12 @@ EOF
 
 # ---------------------------------------------------------------- 5 conformance
 step "5 conformance (CPU build)"
-"$PY" -m mojolearn conformance --quiet
+MOJOLEARN_DEVICE=cpu "$PY" -m mojolearn conformance --quiet
 if [ "$CPU_HALF" = 0 ]; then
     step "5 conformance (GPU build)"
-    MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu "$PY" -m mojolearn conformance --quiet
+    MOJOLEARN_DEVICE=gpu "$PY" -m mojolearn conformance --quiet | tee "$WORK/conformance-gpu.txt"
+    grep -q "_native_gpu" "$WORK/conformance-gpu.txt" || {
+        echo "device_check: conformance did not run on mojolearn._native_gpu" >&2; exit 1; }
 fi
 
 if [ "$CPU_HALF" = 1 ]; then
@@ -253,13 +259,13 @@ EOF
 # ---------------------------------------------------------------- 7 bench
 step "7 bench/run.py on the GPU build (timeout ${BENCH_TIMEOUT}s)"
 set +e
-MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu timeout "$BENCH_TIMEOUT" \
+MOJOLEARN_DEVICE=gpu timeout "$BENCH_TIMEOUT" \
     "$PY" bench/run.py --reps 3 --out "$WORK/bench-gpu-$ARCH.json"
 RC=$?
 set -e
 if [ $RC = 124 ]; then
     echo "device_check: the full bench passed ${BENCH_TIMEOUT}s; running --quick instead"
-    MOJOLEARN_DEVICE=gpu MOJOLEARN_NATIVE=_native_gpu "$PY" bench/run.py --quick --out "$WORK/bench-gpu-$ARCH-quick.json"
+    MOJOLEARN_DEVICE=gpu "$PY" bench/run.py --quick --out "$WORK/bench-gpu-$ARCH-quick.json"
 elif [ $RC != 0 ]; then
     exit $RC
 fi

@@ -20,6 +20,7 @@ from convert.cpu.quant import (
     dequantize_int15_rows,
 )
 from gemm.cpu.entry import register_gemm
+from gpu.cpu_run import register_gpu_reference
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -265,6 +266,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[strided_copy]("strided_copy")
         m.def_function[mxcsr]("mxcsr")
         register_gemm(m)
+        register_gpu_reference(m)
         return m.finalize()
     except e:
         abort(String("mojolearn._native: module init failed: ", e))

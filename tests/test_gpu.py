@@ -185,6 +185,16 @@ def _mojo():
     pytest.skip("the mojo compiler is not installed (pip install max==26.7.0)")
 
 
+def _clean_env():
+    """The environment for a child process. Loading a Mojo extension module sets
+    PYTHONPATH=":" (and MOJO_PYTHON_LIBRARY, PYTHONEXECUTABLE) in the C-level
+    environment, which a child would inherit: its empty entry puts the cwd (this
+    repository, with its mojo/ folder) first on sys.path of the `mojo` launcher
+    script, which then fails with "No module named 'mojo._entrypoints'".
+    os.environ still holds the environment as it was at start-up."""
+    return dict(os.environ)
+
+
 @pytest.mark.slow
 def test_compile_all_targets():
     """Every kernel compiles offline for NVIDIA (sm_80, sm_90), AMD (gfx942) and
@@ -192,7 +202,7 @@ def test_compile_all_targets():
     denormals preserved in every AMD kernel (checks in compile_all.mojo)."""
     r = subprocess.run(
         [_mojo(), "run", "-I", "mojo", "mojo/gpu/compile_all.mojo"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=_clean_env(),
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
@@ -561,6 +571,6 @@ def test_device_check_cpu_half():
     if not (ROOT / "python" / "mojolearn" / "_native.so").exists():
         pytest.skip("the CPU extension is not built (make build)")
     r = subprocess.run(["bash", "bench/device_check.sh", "--cpu-half"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=1200)
+                       capture_output=True, text=True, timeout=1200, env=_clean_env())
     assert r.returncode == 0, r.stdout + r.stderr
     assert "device_check: cpu half ok" in r.stdout, r.stdout

@@ -1,8 +1,8 @@
 """The device kernels: each thread computes one output, one element or one row by
 calling its body in gpu/threads.mojo (built on gpu/arith.mojo), the same body the
 CPU run (gpu/cpu_run.mojo) calls, so its bits are those of the CPU run and of the
-contract. No TF32, no fast-math, no
-hardware flush: compile_all.mojo checks the PTX for that.
+contract. No TF32, no fast-math, no hardware flush: compile_all.mojo checks the
+generated code for that.
 
 fp32.v1 / bf16f32.v1 (split-K over the leaves, two launches):
     f32_leaves_kernel   thread (i, j, leaf) -> parts[leaf][i][j]   (rules 1-3)
@@ -19,17 +19,12 @@ converters (grid-stride loops, any size):
     dequantize_int8_kernel, dequantize_int15_kernel  one thread per element
 
 Block and tile sizes live in gpu/threads.mojo; every launch is laid out by
-gpu/launch.mojo; sizes arrive as Int32/Int64 (kernel
-arguments must be device-passable) and index arithmetic is done in Int (64-bit).
+gpu/launch.mojo. Sizes arrive as Int32 / Int64 (kernel arguments must be
+device-passable); index arithmetic is done in Int (64-bit).
 """
 from max.gpu import block_idx, thread_idx, block_dim, grid_dim
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
 from gpu.threads import (
-    BX,
-    BY,
-    TM,
-    TN,
-    B1,
     tile_origin,
     leaves_tile_thread,
     leaves_thread,
