@@ -38,5 +38,24 @@ def cpu_native():
                 f"mojolearn: the compiled Mojo extension mojolearn.{name} is missing or "
                 f"cannot load ({e}); build it with `make build` (or `pip install .`)"
             ) from e
+        _restore_environment()
         _mod = m
     return _mod
+
+
+# Loading the Mojo runtime writes MOJO_PYTHON_LIBRARY, PYTHONEXECUTABLE and
+# PYTHONPATH into the process's C environment. Child processes would inherit them
+# (a child `python` then runs with another interpreter's paths), so the values the
+# process started with are put back.
+_TOUCHED = ("MOJO_PYTHON_LIBRARY", "PYTHONEXECUTABLE", "PYTHONPATH", "PYTHONHOME")
+
+
+def _restore_environment():
+    for key in _TOUCHED:
+        if key in os.environ:
+            os.putenv(key, os.environ[key])
+        else:
+            try:
+                os.unsetenv(key)
+            except OSError:  # pragma: no cover
+                pass
