@@ -33,6 +33,9 @@ import mojolearn  # noqa: E402
 from mojolearn import linalg  # noqa: E402
 from mojolearn.conformance import box  # noqa: E402
 
+# torch's OpenMP workers would otherwise spin for a while after each call and steal a
+# core from the next contender; passive waiting keeps the interleaving fair.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 try:
     import torch  # noqa: F401
 
@@ -41,6 +44,7 @@ except Exception:  # torch is an optional peer
     torch = None
 
 SETTLE = 0.35
+SHORT = 0.05
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -55,18 +59,19 @@ def timed(fn):
 
 
 def race(contenders, reps, settle_after):
-    """contenders: {name: fn}. Interleaved reps; returns {name: (median_s, all)}."""
+    """contenders: {name: fn}. Interleaved reps; returns {name: (median_s, all)}.
+    Every contender is followed by a pause (SETTLE after a thread-pool peer such as
+    numpy/torch whose workers busy-wait, a short one otherwise) so that no pool is
+    still spinning on a core when the next contender starts."""
     times = {k: [] for k in contenders}
     for name, fn in contenders.items():  # warm-up (page faults, caches)
         fn()
-        if name in settle_after:
-            time.sleep(SETTLE)
+        time.sleep(SETTLE if name in settle_after else SHORT)
     for _ in range(reps):
         for name, fn in contenders.items():
             dt, _ = timed(fn)
             times[name].append(dt)
-            if name in settle_after:
-                time.sleep(SETTLE)
+            time.sleep(SETTLE if name in settle_after else SHORT)
     return {k: (statistics.median(v), v) for k, v in times.items()}
 
 

@@ -34,6 +34,29 @@ _RESULT_DTYPES = ("float32", "int8", "int32", "int64", "uint16")
 
 _MAX_BYTES = (1 << 62)
 
+_libc = ctypes.CDLL(None)
+_calloc = _libc.calloc
+_calloc.restype = ctypes.c_void_p
+_calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+_free = _libc.free
+_free.argtypes = [ctypes.c_void_p]
+_free.restype = None
+
+
+class _CBlock:
+    """Owns one calloc'ed block; freed when the Array holding it is collected."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __del__(self, _free=_free):
+        if self.ptr:
+            _free(self.ptr)
+            self.ptr = None
+_MMAP_MIN = 1 << 20
+
 
 def itemsize(dtype: str) -> int:
     return DTYPES[dtype][1]
@@ -179,8 +202,19 @@ def empty(dtype: str, shape, *, func: str = "Array") -> Array:
             f"({n} bytes)"
         )
     try:
-        return _array_class(dtype, shape)()
-    except (MemoryError, OverflowError) as e:
+        cls = _array_class(dtype, shape)
+        if n < _MMAP_MIN:
+            return cls()
+        # Large results come from the C allocator (calloc), whose freed blocks are
+        # reused by the next call of the same size: their pages are already mapped,
+        # so the kernel's first write does not fault page by page.
+        ptr = _calloc(1, n)
+        if not ptr:
+            raise MemoryError("calloc returned NULL")
+        arr = cls.from_address(ptr)
+        arr._ml_owner = _CBlock(ptr)
+        return arr
+    except (MemoryError, OverflowError, OSError) as e:
         raise MemoryError(
             f"mojolearn: {func}: cannot allocate a {dtype} result of shape {shape} "
             f"({n / 2**30:.1f} GiB): {type(e).__name__}"
