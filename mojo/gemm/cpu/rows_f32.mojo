@@ -17,7 +17,8 @@ from gemm.cpu.pack_f32 import transpose16
 from std.collections import Array
 
 comptime ROWS_MAX = 4
-comptime TCHUNK = 256
+comptime NTG = 2
+comptime TCHUNK = 16 * NTG
 
 
 def rows_ws(g: GemmArgs, cols: Int) -> Int:
@@ -98,6 +99,65 @@ def _transpose_chunk(g: GemmArgs, j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Pt
             dst.unsafe_store(kk * ld + j, s.unsafe_load((j0 + j) * g.k + k0 + kk))
 
 
+def _leaf_nt_fused[R: Int](
+    g: GemmArgs, i_lo: Int, jcol: Int, k0: Int, lk: Int, acc_out: F32Ptr, stride: Int
+):
+    """NT layout, 64 columns [jcol, jcol + 64), one leaf with lk % 16 == 0: 16 x 16
+    blocks of the stored B are transposed in registers and fed straight into the
+    chains (kk ascending per output), four column groups interleaved so four
+    independent chains hide the FMA latency. acc_out[i * stride + c] gets the leaf
+    value of column jcol + c (not yet flushed)."""
+    var s = F32Ptr(unsafe_from_address=g.b)
+    var acc = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+    var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+    var kb = 0
+    while kb < lk:
+        comptime for gb in range(NTG):
+            comptime for r in range(16):
+                blk[r] = s.unsafe_load[width=16]((jcol + gb * 16 + r) * g.k + k0 + kb)
+            transpose16(blk)
+            comptime for t in range(16):
+                comptime for i in range(R):
+                    var av = SIMD[DType.float32, 16](_a_at(g, i_lo + i, k0 + kb + t))
+                    acc[i * 4 + gb] = fma(av, blk[t], acc[i * 4 + gb])
+        kb += 16
+    comptime for i in range(R):
+        comptime for gb in range(NTG):
+            acc_out.unsafe_store(i * stride + gb * 16, acc[i * 4 + gb])
+
+
+@always_inline
+def _merge_chunk(
+    acc: F32Ptr, slots: F32Ptr, dst: F32Ptr, ldo: Int, rows: Int, stride: Int, per: Int,
+    jc: Int, jend: Int, p: Int, nleaves: Int, levels: Int,
+):
+    """Leaf p of columns [jc, jend): flush, merge into the tree slots, and after the
+    last leaf write the subtree value to dst (contract 6.3 exit flush, 6.4)."""
+    var t = trailing_ones(p)
+    var last = p == nleaves - 1
+    for i in range(rows):
+        var ai = acc.unsafe_offset(i * stride)
+        var crow = dst.unsafe_offset(i * ldo)
+        var j = jc
+        while j < jend:
+            # stride is a multiple of 16 >= W, so a full vector is always in bounds
+            var v = ftz[W](ai.unsafe_load[width=W](j))
+            for lvl in range(t):
+                v = ftz[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j) + v)
+            if last:
+                for lvl in range(t + 1, levels):
+                    if (nleaves >> lvl) & 1:
+                        v = ftz[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j) + v)
+                if j + W <= jend:
+                    crow.unsafe_store(j, v)
+                else:
+                    for l in range(jend - j):
+                        crow.unsafe_store(j + l, v[l])
+            else:
+                slots.unsafe_offset(t * per + i * stride).unsafe_store(j, v)
+            j += W
+
+
 def f32_rows(
     g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int,
     p_lo: Int, p_hi: Int, dst: F32Ptr, ldo: Int, ws: F32Ptr,
@@ -118,22 +178,38 @@ def f32_rows(
     var slots = ws.unsafe_offset(per)
     var tbuf = slots.unsafe_offset(per * levels + 16 * k)
     var bsrc = F32Ptr(unsafe_from_address=g.b)
-    for p in range(nleaves):
-        var k0 = (p_lo + p) * L
-        var lk = min(L, k - k0)
-        for q in range(rows * stride):
-            acc.unsafe_store(q, Float32(0))
-        var jc = 0
-        while jc < nc:
-            # NN: B rows straight from the caller; NT: a transposed chunk in L2
-            var ncc = nc if not g.trans_b else min(TCHUNK, nc - jc)
-            var brows = bsrc.unsafe_offset(k0 * g.n + j_lo)
+    # column chunks outer (NT: each chunk's rows of the stored B are then read along
+    # all of k in turn, one long stream per row), leaves inner
+    var jc = 0
+    while jc < nc:
+        var ncc = nc if not g.trans_b else min(TCHUNK, nc - jc)
+        var jend = jc + ncc
+        for p in range(nleaves):
+            var k0 = (p_lo + p) * L
+            var lk = min(L, k - k0)
+            for i in range(rows):
+                for q in range(jc, min(jc + round_up(ncc, 16), stride)):
+                    acc.unsafe_store(i * stride + q, Float32(0))
+            var ac = acc.unsafe_offset(jc)
+            comptime if W == 16 and TCHUNK == 16 * NTG:
+                if g.trans_b and ncc == TCHUNK and lk % 16 == 0:
+                    if rows == 1:
+                        _leaf_nt_fused[1](g, i_lo, j_lo + jc, k0, lk, ac, stride)
+                    elif rows == 2:
+                        _leaf_nt_fused[2](g, i_lo, j_lo + jc, k0, lk, ac, stride)
+                    elif rows == 3:
+                        _leaf_nt_fused[3](g, i_lo, j_lo + jc, k0, lk, ac, stride)
+                    else:
+                        _leaf_nt_fused[4](g, i_lo, j_lo + jc, k0, lk, ac, stride)
+                    _merge_chunk(acc, slots, dst, ldo, rows, stride, per, jc, jend, p, nleaves, levels)
+                    continue
+            # NN: B rows straight from the caller; NT: this leaf of the chunk, transposed
+            var brows = bsrc.unsafe_offset(k0 * g.n + j_lo + jc)
             var bld = g.n
             if g.trans_b:
                 _transpose_chunk(g, j_lo + jc, ncc, k0, lk, tbuf, TCHUNK)
                 brows = tbuf
                 bld = TCHUNK
-            var ac = acc.unsafe_offset(jc)
             if rows == 1:
                 _leaf_rows[1](g, i_lo, ncc, k0, lk, ac, stride, brows, bld)
             elif rows == 2:
@@ -142,27 +218,5 @@ def f32_rows(
                 _leaf_rows[3](g, i_lo, ncc, k0, lk, ac, stride, brows, bld)
             else:
                 _leaf_rows[4](g, i_lo, ncc, k0, lk, ac, stride, brows, bld)
-            jc += ncc
-        var t = trailing_ones(p)
-        var last = p == nleaves - 1
-        for i in range(rows):
-            var ai = acc.unsafe_offset(i * stride)
-            var crow = dst.unsafe_offset(i * ldo)
-            var j = 0
-            while j < nc:
-                # stride is a multiple of 16 >= W, so a full vector is always in bounds
-                var v = ftz[W](ai.unsafe_load[width=W](j))
-                for lvl in range(t):
-                    v = ftz[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j) + v)
-                if last:
-                    for lvl in range(t + 1, levels):
-                        if (nleaves >> lvl) & 1:
-                            v = ftz[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j) + v)
-                    if j + W <= nc:
-                        crow.unsafe_store(j, v)
-                    else:
-                        for l in range(nc - j):
-                            crow.unsafe_store(j + l, v[l])
-                else:
-                    slots.unsafe_offset(t * per + i * stride).unsafe_store(j, v)
-                j += W
+            _merge_chunk(acc, slots, dst, ldo, rows, stride, per, jc, jend, p, nleaves, levels)
+        jc += ncc
