@@ -44,7 +44,6 @@ except Exception:  # torch is an optional peer
     torch = None
 
 SETTLE = 0.35
-SHORT = 0.05
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -60,18 +59,19 @@ def timed(fn):
 
 def race(contenders, reps, settle_after):
     """contenders: {name: fn}. Interleaved reps; returns {name: (median_s, all)}.
-    Every contender is followed by a pause (SETTLE after a thread-pool peer such as
-    numpy/torch whose workers busy-wait, a short one otherwise) so that no pool is
-    still spinning on a core when the next contender starts."""
+    A thread-pool peer whose workers busy-wait after a call (numpy's OpenBLAS, torch)
+    is followed by a SETTLE pause so it does not steal a core from the next one."""
     times = {k: [] for k in contenders}
     for name, fn in contenders.items():  # warm-up (page faults, caches)
         fn()
-        time.sleep(SETTLE if name in settle_after else SHORT)
+        if name in settle_after:
+            time.sleep(SETTLE)
     for _ in range(reps):
         for name, fn in contenders.items():
             dt, _ = timed(fn)
             times[name].append(dt)
-            time.sleep(SETTLE if name in settle_after else SHORT)
+            if name in settle_after:
+                time.sleep(SETTLE)
     return {k: (statistics.median(v), v) for k, v in times.items()}
 
 
@@ -199,7 +199,7 @@ def main(argv=None):
     t8 = np.ones((8, 8), np.float32)
     B.case("matmul;fp32.v1;NN;8;8;8", "matmul", "fp32.v1", (8, 8, 8),
            {"mojolearn": lambda: linalg.matmul(t8, t8), "numpy": lambda: t8 @ t8}, peer="numpy",
-           settle=())
+           settle=())  # single-threaded on both sides: no pause (an idle core clocks down)
 
     # ------------------------------------------------ profiles vs fp32.v1
     print("bf16f32.v1 / int8i32.v1 / int15i64.v1 vs fp32.v1 (a @ b.T)")
@@ -245,7 +245,10 @@ def main(argv=None):
                       "fixed15_v1": lambda X=X, hw=hw: linalg.matmul_int15(X, hw)},
                      ours="fixed15_v1", peer="fp32_v1", settle=(), flops=2 * m * n * k)
         if row:
-            over = row["median_ms"]["fixed15_v1"] / row["median_ms"]["fp32_v1"]
+            # median of the paired (interleaved) per-rep ratios: robust to drifts of a
+            # shared machine's speed between reps
+            pairs = zip(row["reps_ms"]["fixed15_v1"], row["reps_ms"]["fp32_v1"])
+            over = statistics.median(f / p for f, p in pairs)
             row["over"] = over
             ratios.append(over)
             tot["fp32_v1"] += row["median_ms"]["fp32_v1"]
