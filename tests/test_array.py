@@ -15,13 +15,10 @@ import pytest
 import mojolearn
 from mojolearn import linalg
 from tests import oracle as O
+from tests.bits import u32
 
 F32 = np.float32
 RNG = np.random.default_rng(31)
-
-
-def u32(x):
-    return np.ascontiguousarray(np.asarray(x)).view(np.uint32)
 
 
 class OnlyArrayInterface:

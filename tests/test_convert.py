@@ -12,28 +12,10 @@ import pytest
 
 from mojolearn import linalg
 from tests import oracle as O
+from tests.bits import assert_same_bits, u32
 
 F32 = np.float32
 RNG = np.random.default_rng(4242)
-
-
-def u32(x):
-    return np.ascontiguousarray(np.asarray(x)).view(np.uint32)
-
-
-def assert_same_bits(got, exp, what=""):
-    """float32 bit equality; at NaN positions both must be NaN (payload free)."""
-    g = np.asarray(got)
-    e = np.asarray(exp)
-    assert g.dtype == np.float32 and e.dtype == np.float32, (what, g.dtype, e.dtype)
-    assert g.shape == e.shape, (what, g.shape, e.shape)
-    gn, en = np.isnan(g), np.isnan(e)
-    gb, eb = u32(g), u32(e)
-    bad = (gn != en) | (~gn & (gb != eb))
-    if bad.any():
-        idx = [tuple(int(v) for v in ix) for ix in np.argwhere(bad)[:6]]
-        detail = "; ".join(f"{ix}: got {int(gb[ix]):#010x} expected {int(eb[ix]):#010x}" for ix in idx)
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} differ; first: {detail}")
 
 
 def assert_equal_ints(got, exp, what=""):

@@ -37,6 +37,7 @@ import numpy as np
 import pytest
 
 from tests import oracle as O
+from tests.bits import assert_same_bits, u32
 
 ROOT = Path(__file__).resolve().parents[1]
 F32 = np.float32
@@ -84,27 +85,8 @@ def addr(x):
     return x.ctypes.data
 
 
-def u32(x):
-    return np.ascontiguousarray(x).view(np.uint32)
-
-
 def f32_bits(bits):
     return np.asarray(bits, dtype=np.uint32).view(np.float32)
-
-
-def assert_same_bits(got, exp, what=""):
-    """float32 bit equality; at NaN positions both must be NaN (payload free)."""
-    assert got.dtype == F32 and exp.dtype == F32, what
-    assert got.shape == exp.shape, (what, got.shape, exp.shape)
-    gn, en = np.isnan(got), np.isnan(exp)
-    assert np.array_equal(gn, en), f"{what}: NaN positions differ"
-    bad = np.nonzero((u32(got) != u32(exp)) & ~en)
-    if bad[0].size:
-        idx = tuple(b[0] for b in bad)
-        raise AssertionError(
-            f"{what}: {bad[0].size} elements differ, first at {idx}: "
-            f"got {u32(got)[idx]:#010x} want {u32(exp)[idx]:#010x}"
-        )
 
 
 def gpu_gemm_f32(ref, a, b, trans_a=False, trans_b=False):

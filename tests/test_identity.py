@@ -19,30 +19,11 @@ import pytest
 import mojolearn
 from mojolearn import linalg
 from tests import oracle as O
+from tests.bits import assert_same_bits, u32
 
 F32 = np.float32
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = [1, 2, 3, 7]
-
-
-def u32(x):
-    return np.ascontiguousarray(np.asarray(x)).view(np.uint32)
-
-
-def assert_same_bits(got, exp, what=""):
-    """float32 bit equality; at NaN positions both must be NaN (payload free)."""
-    g = np.asarray(got)
-    e = np.asarray(exp)
-    assert g.dtype == e.dtype and g.shape == e.shape, (what, g.dtype, e.dtype, g.shape, e.shape)
-    if g.dtype != np.float32:
-        bad = g != e
-    else:
-        gn, en = np.isnan(g), np.isnan(e)
-        bad = (gn != en) | (~gn & (u32(g) != u32(e)))
-    if bad.any():
-        ix = tuple(int(v) for v in np.argwhere(bad)[0])
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} differ; first at {ix}: "
-                             f"got {g[ix]!r} expected {e[ix]!r}")
 
 
 @pytest.fixture
