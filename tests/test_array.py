@@ -216,3 +216,16 @@ def test_inputs_are_not_modified():
     linalg.quantize_int8(a)
     linalg.quantize_int15(a[:, ::3])
     assert [a.tobytes(), b.tobytes()] == snap
+
+
+def test_native_memoryview_indexes_without_copy():
+    """Foundation (Array): arr.memoryview() is an indexable native-format view of the
+    same memory (writes through it are seen by the Array)."""
+    import numpy as np
+
+    a = linalg.from_bf16(np.array([[0x3F80, 0x4000], [0x4040, 0x4080]], np.uint16))
+    mv = a.memoryview()
+    assert mv.format == "f" and mv.shape == (2, 2)
+    assert mv[1, 0] == 3.0
+    mv[0, 1] = 7.5
+    assert a.tolist() == [[1.0, 7.5], [3.0, 4.0]]

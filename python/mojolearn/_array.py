@@ -10,6 +10,12 @@ WHY CTYPES
     Python 3.11 has no way to give a pure-Python class the buffer protocol; a
     ctypes array type has it, with the right format and shape. Each (dtype, shape)
     gets a small subclass, cached.
+
+INDEXING
+    ``memoryview(arr)`` carries ctypes' explicit little-endian format ("<f"), which
+    numpy and the buffer protocol read fine but Python's memoryview cannot index;
+    ``arr.memoryview()`` is the same memory with the native format ("f"), indexable
+    and sliceable (``arr.memoryview()[i, j]``), still without a copy.
 """
 
 from __future__ import annotations
@@ -98,6 +104,16 @@ class Array:
 
     def _flat(self) -> memoryview:
         return memoryview(self).cast("B").cast(DTYPES[self._ml_dtype][2])
+
+    def memoryview(self) -> memoryview:
+        """A zero-copy memoryview in the native struct format, indexable."""
+        if self.size == 0:
+            return memoryview(self)
+        mv = memoryview(self).cast("B")
+        code = DTYPES[self._ml_dtype][2]
+        if not self._ml_shape:
+            return mv.cast(code)
+        return mv.cast(code, self._ml_shape)
 
     def tolist(self):
         if self.size == 0:
