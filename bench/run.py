@@ -130,7 +130,7 @@ class Bench:
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--quick", action="store_true", help="small shapes, 3 reps (smoke test)")
     ap.add_argument("--only", default=None)
     ap.add_argument("--out", default=None)
