@@ -15,8 +15,10 @@ from gemm.cpu.tree import ftz
 from gemm.cpu.fp32_v1 import GemmArgs
 from gemm.cpu.pack_f32 import transpose16
 from std.collections import Array
+from std.sys.intrinsics import prefetch
 
 comptime ROWS_MAX = 4
+comptime PF_ROWS = 1
 comptime NTG = 2
 comptime TCHUNK = 16 * NTG
 
@@ -49,7 +51,9 @@ def _leaf_rows[R: Int](
         comptime for i in range(R):
             av[i] = _a_at(g, i_lo + i, kk)
         var row = brows.unsafe_offset((kk - k0) * bld)
+        var ahead = row.unsafe_offset(PF_ROWS * bld) if kk + PF_ROWS < k0 + lk else row
         for v in range(nvec):
+            prefetch(ahead.unsafe_offset(v * W))
             var bv = row.unsafe_load[width=W](v * W)
             comptime for i in range(R):
                 var p = acc.unsafe_offset(i * stride + v * W)
