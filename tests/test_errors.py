@@ -310,3 +310,26 @@ def test_repeated_calls_keep_rss_flat():
     gc.collect()
     grown = _rss_bytes() - before
     assert grown < 4 * 1024 * 1024, f"RSS grew by {grown / 2**20:.1f} MiB over 1000 rounds"
+
+
+def test_out_overlapping_an_input_is_refused():
+    """7: `out` may not share memory with an input (it is written while they are
+    read): ValueError naming the overlap, for every GEMM entry."""
+    import numpy as np
+
+    a = np.ones((4, 4), np.float32)
+    b = np.ones((4, 4), np.float32)
+    for call in (
+        lambda: linalg.matmul(a, b, out=a),
+        lambda: linalg.matmul(a, b, out=b),
+        lambda: linalg.matmul_bf16(a, linalg.to_bf16(b), out=a),
+        lambda: linalg.matmul_int8(a, b, out=a),
+        lambda: linalg.matmul_int15(a, b, out=b),
+    ):
+        with pytest.raises(ValueError, match=r"^mojolearn: .*out overlaps"):
+            call()
+    big = np.zeros((8, 4), np.float32)
+    with pytest.raises(ValueError, match="out overlaps"):
+        linalg.matmul(big[:4], b, out=big[2:6])
+    c = linalg.matmul(a, b, out=big[4:])  # adjacent, not overlapping: fine
+    assert np.asarray(c).sum() == 64.0

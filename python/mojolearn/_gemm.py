@@ -81,6 +81,35 @@ def _shapes(func, ash, bsh, transpose_a, transpose_b):
     return m, n, k
 
 
+def _span(b):
+    """[first byte, one past the last byte) that a Buf's elements occupy."""
+    lo = hi = b.addr
+    for d, st in zip(b.shape, b.strides):
+        if d == 0:
+            return b.addr, b.addr
+        if st >= 0:
+            hi += (d - 1) * st
+        else:
+            lo += (d - 1) * st
+    return lo, hi + b.itemsize
+
+
+def _no_overlap(func, ob, inputs):
+    """`out` is written while the inputs are still being read: refuse any overlap."""
+    if ob is None:
+        return
+    olo, ohi = _span(ob)
+    for name, b in inputs:
+        if b is None:
+            continue
+        lo, hi = _span(b)
+        if lo < ohi and olo < hi:
+            raise ValueError(
+                f"mojolearn: {func}: out overlaps the memory of {name}; the product is "
+                "written while its inputs are read, so pass a separate out (or none)"
+            )
+
+
 def _result(func, out, m, n):
     if out is None:
         return empty("float32", (m, n), func=func), None
@@ -94,6 +123,7 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
     bb = buf(b, func, "b", b_dtypes, ndim=2)
     m, n, k = _shapes(func, ab.shape, bb.shape, transpose_a, transpose_b)
     res, ob = _result(func, out, m, n)
+    _no_overlap(func, ob, (("a", ab), ("b", bb)))
     caddr = ob.addr if ob is not None else res.address
     if m and n:
         wa, wn = _ws()
@@ -165,6 +195,7 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule):
             f"(k <= {max_k}); split the product along k yourself or use matmul (fp32.v1)"
         )
     res, ob = _result(func, out, m, n)
+    _no_overlap(func, ob, _int_bufs("a", akeep) + _int_bufs("b", bkeep))
     caddr = ob.addr if ob is not None else res.address
     quant = _convert.quantize_int8 if nplanes == 1 else _convert.quantize_int15
     if ap is None:
@@ -184,6 +215,14 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule):
         if need > wn:
             _ws_fit(need)
     return res
+
+
+def _int_bufs(name, keep):
+    """The caller's Bufs behind an integer operand (planes + exponents, or float32)."""
+    if isinstance(keep, tuple):
+        planes, e = keep
+        return [(f"{name}[{i}]", p) for i, p in enumerate(planes)] + [(f"{name} exponents", e)]
+    return [(name, keep)]
 
 
 def matmul_int8(a, b, *, out=None):
