@@ -1,6 +1,6 @@
 """Independent test oracle for the v1 arithmetic.
 
-Written from /work/shared/reference/arithmetic-v1.md alone. It imports nothing
+Written from the v1 arithmetic reference (the contracts in contracts/gemm/) alone. It imports nothing
 from ``mojolearn`` and shares no code with the kernels. Everything here is slow
 but exact and meant to be read: vectorised across output elements, sequential
 where the specification fixes an order.

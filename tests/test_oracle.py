@@ -1,5 +1,5 @@
 """Self-tests of tests/oracle.py against hand-checked facts of
-/work/shared/reference/arithmetic-v1.md and against an independent scalar
+the v1 arithmetic reference and against an independent scalar
 reference built here on exact rational arithmetic (fractions.Fraction).
 
 Nothing here imports mojolearn.
