@@ -44,6 +44,18 @@ _libc = ctypes.CDLL(None)
 _calloc = _libc.calloc
 _calloc.restype = ctypes.c_void_p
 _calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+_malloc = _libc.malloc
+_malloc.restype = ctypes.c_void_p
+_malloc.argtypes = [ctypes.c_size_t]
+try:
+    _madvise = _libc.madvise
+    _madvise.restype = ctypes.c_int
+    _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+except AttributeError:  # pragma: no cover - not Linux
+    _madvise = None
+_MADV_HUGEPAGE = 14
+_PAGE = 4096
+_HUGE_MIN = 4 << 20
 _free = _libc.free
 _free.argtypes = [ctypes.c_void_p]
 _free.restype = None
@@ -202,8 +214,9 @@ def _array_class(dtype: str, shape: tuple):
     return cls
 
 
-def empty(dtype: str, shape, *, func: str = "Array") -> Array:
-    """A new zero-filled Array. An impossible size is a MemoryError."""
+def empty(dtype: str, shape, *, func: str = "Array", zero: bool = True) -> Array:
+    """A new Array, zero-filled unless ``zero=False`` (for results a kernel writes in
+    full: large ones then skip the memset). An impossible size is a MemoryError."""
     if dtype not in DTYPES:
         raise TypeError(f"mojolearn: {func}: unsupported dtype {dtype!r}")
     shape = tuple(int(d) for d in shape)
@@ -224,9 +237,16 @@ def empty(dtype: str, shape, *, func: str = "Array") -> Array:
         # Large results come from the C allocator (calloc), whose freed blocks are
         # reused by the next call of the same size: their pages are already mapped,
         # so the kernel's first write does not fault page by page.
-        ptr = _calloc(1, n)
+        ptr = _calloc(1, n) if zero else _malloc(n)
         if not ptr:
             raise MemoryError("calloc returned NULL")
+        if n >= _HUGE_MIN:
+            # like numpy: ask for transparent huge pages on large blocks, so the first
+            # touch faults once per 2 MiB instead of once per 4 KiB
+            lo = (ptr + _PAGE - 1) // _PAGE * _PAGE
+            hi = (ptr + n) // _PAGE * _PAGE
+            if hi > lo and _madvise is not None:
+                _madvise(lo, hi - lo, _MADV_HUGEPAGE)  # advice only: the result is ignored
         arr = cls.from_address(ptr)
         arr._ml_owner = _CBlock(ptr)
         return arr

@@ -21,7 +21,7 @@ __all__ = [
 def to_bf16(x) -> Array:
     """float32 (any rank) -> bf16 bits as uint16, same shape (rule L-2)."""
     b = buf(x, "to_bf16", "x", ("float32",))
-    out = empty("uint16", b.shape, func="to_bf16")
+    out = empty("uint16", b.shape, func="to_bf16", zero=False)
     if b.size:
         native().to_bf16((b.addr, out.address, b.size, get_num_threads()))
     return out
@@ -30,7 +30,7 @@ def to_bf16(x) -> Array:
 def from_bf16(bits) -> Array:
     """bf16 bits (uint16, any rank) -> float32, exactly (rule L-1)."""
     b = buf(bits, "from_bf16", "bits", ("uint16",))
-    out = empty("float32", b.shape, func="from_bf16")
+    out = empty("float32", b.shape, func="from_bf16", zero=False)
     if b.size:
         native().from_bf16((b.addr, out.address, b.size, get_num_threads()))
     return out

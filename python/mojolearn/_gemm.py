@@ -112,7 +112,7 @@ def _no_overlap(func, ob, inputs):
 
 def _result(func, out, m, n):
     if out is None:
-        return empty("float32", (m, n), func=func), None
+        return empty("float32", (m, n), func=func, zero=False), None
     ob = out_buf(out, func, "float32", (m, n))
     return out, ob
 
