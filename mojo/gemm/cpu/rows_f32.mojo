@@ -114,16 +114,25 @@ def _leaf_nt_fused[R: Int](
     var s = F32Ptr(unsafe_from_address=g.b)
     var acc = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
     var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+    var avec = Array[SIMD[DType.float32, 16], 4](fill=SIMD[DType.float32, 16](0))
+    var a_rows = not g.trans_a and not g.a_bf16
+    var ap = F32Ptr(unsafe_from_address=g.a)
     var kb = 0
     while kb < lk:
+        # this block's 16 values of each A row, read once (the chains use them in order)
+        comptime for i in range(R):
+            if a_rows:
+                avec[i] = ap.unsafe_load[width=16]((i_lo + i) * g.k + k0 + kb)
+            else:
+                comptime for t in range(16):
+                    avec[i][t] = _a_at(g, i_lo + i, k0 + kb + t)
         comptime for gb in range(NTG):
             comptime for r in range(16):
                 blk[r] = s.unsafe_load[width=16]((jcol + gb * 16 + r) * g.k + k0 + kb)
             transpose16(blk)
             comptime for t in range(16):
                 comptime for i in range(R):
-                    var av = SIMD[DType.float32, 16](_a_at(g, i_lo + i, k0 + kb + t))
-                    acc[i * 4 + gb] = fma(av, blk[t], acc[i * 4 + gb])
+                    acc[i * 4 + gb] = fma(SIMD[DType.float32, 16](avec[i][t]), blk[t], acc[i * 4 + gb])
         kb += 16
     comptime for i in range(R):
         comptime for gb in range(NTG):
