@@ -23,6 +23,7 @@ def test_conformance_run_matches_golden():
     r = run_cli("--quiet")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 mismatch" in r.stdout
+    assert "identity checks: 0 differ" in r.stdout
 
 
 def test_conformance_sabotage_fails_and_names_lanes():
@@ -33,6 +34,8 @@ def test_conformance_sabotage_fails_and_names_lanes():
     lanes = {ln.split()[1] for ln in names}
     assert "lane=fp32.v1/NN" in lanes and "lane=int8i32.v1" in lanes and "lane=int15i64.v1" in lanes
     assert all("fixture=" in ln for ln in names)
+    # the identity checks inside the run (6.5: row alone vs batch) see the sabotage too
+    assert any(ln.split()[1].startswith("lane=identity/") for ln in names)
 
 
 def test_conformance_missing_golden_is_exit_2(tmp_path):

@@ -19,6 +19,9 @@ EXIT STATUS
     0 every lane matches; 1 a mismatch (each one named: lane and fixture);
     2 an error (missing golden file, a lane that raised, ...).
 
+IDENTITY (rule 6.5) is checked in the same run: chosen lanes again under 1, 2, 3
+and 7 threads, and a row computed alone against the same row of the batch.
+
 --sabotage perturbs the kernels (one leaf summed in reverse order for the float
 profiles, one low bit for the integer ones): the run MUST then fail; a test
 checks that it does.
@@ -244,9 +247,67 @@ def run(golden: dict | None, quiet=False, sabotage=False, stream=sys.stdout):
             if not quiet:
                 print(f"[{i:3d}/{len(todo)}] {key:45s} {h} {status} ({time.time() - t0:.1f}s)",
                       file=stream, flush=True)
+        mismatches += identity_checks(results, quiet, stream)
     finally:
         _gemm._SABOTAGE = prev
     return results, mismatches
+
+
+IDENTITY_THREADS = (1, 2, 3, 7)
+IDENTITY_LANES = ("fp32.v1/NN", "fp32.v1/NT", "bf16f32.v1/TN", "int8i32.v1", "int15i64.v1",
+                  "convert/quantize_int15")
+IDENTITY_FIXTURES = ("standard", "odd_shapes", "decode_rows", "subnormal")
+
+
+def _row(x: _array.Array, r: int) -> _array.Array:
+    """Row r of a 2-D Array as a (1, k) Array (a byte copy)."""
+    cols = x.shape[1]
+    out = _array.empty(x.dtype, (1, cols))
+    isz = _array.itemsize(x.dtype)
+    memoryview(out).cast("B")[:] = memoryview(x).cast("B")[r * cols * isz:(r + 1) * cols * isz]
+    return out
+
+
+def identity_checks(results: dict, quiet=False, stream=sys.stdout):
+    """Rule 6.5 inside the run: the same lanes under other thread counts give the
+    golden-checked hashes again, and one row computed alone equals that row of the
+    batch. Returns mismatches as (key, expected, got)."""
+    from . import _threads
+
+    bad = []
+    by_key = {f"{lane}:{fx}": thunk for lane, fx, thunk in lanes()}
+    prev = _threads.get_num_threads()
+    try:
+        for nt in IDENTITY_THREADS:
+            _threads.set_num_threads(nt)
+            for lane in IDENTITY_LANES:
+                for fx in IDENTITY_FIXTURES:
+                    key = f"{lane}:{fx}"
+                    if key not in by_key:
+                        continue
+                    h = part_hash(*by_key[key]())
+                    if h != results[key]:
+                        bad.append((f"identity/threads={nt}/{key}", results[key], h))
+    finally:
+        _threads.set_num_threads(prev)
+    # a row alone equals the same row inside the batch (fp32.v1 and int15i64.v1)
+    for fx in IDENTITY_FIXTURES:
+        kind, m, n, k = FIXTURES[fx]
+        a, b = matrix(1, kind, m, k), matrix(2, kind, k, n)
+        full = linalg.matmul(a, b)
+        r = m // 2
+        if part_hash(linalg.matmul(_row(a, r), b)) != part_hash(_row(full, r)):
+            bad.append((f"identity/row-alone/fp32.v1:{fx}", part_hash(_row(full, r)), "differs"))
+        k15 = min(k, INT_LARGE_K["int15i64.v1"])
+        a15, b15 = matrix(1, kind, m, k15), matrix(3, kind, n, k15)
+        full15 = linalg.matmul_int15(a15, b15)
+        if part_hash(linalg.matmul_int15(_row(a15, r), b15)) != part_hash(_row(full15, r)):
+            bad.append((f"identity/row-alone/int15i64.v1:{fx}", part_hash(_row(full15, r)), "differs"))
+    if not quiet:
+        n_checks = len(IDENTITY_THREADS) * len(IDENTITY_LANES) * len(IDENTITY_FIXTURES) + 2 * len(IDENTITY_FIXTURES)
+        print(f"identity: {n_checks} checks (threads {IDENTITY_THREADS}, row alone vs batch), "
+              f"{len(bad)} differ", file=stream, flush=True)
+    return bad
 
 
 def column(results: dict) -> dict:
@@ -312,9 +373,12 @@ def main(argv=None) -> int:
             json.dump(column(results), f, indent=1, sort_keys=True)
     from ._native_loader import native
 
+    lane_bad = sum(1 for key, _, _ in mism if not key.startswith("identity/"))
+    id_bad = len(mism) - lane_bad
     print(f"conformance ({native().__name__}, {vendor()}, {box()}): "
-          f"{len(results) - len(mism)} lanes match, {len(mism)} mismatch")
+          f"{len(results) - lane_bad} lanes match, {lane_bad} mismatch; "
+          f"identity checks: {id_bad} differ")
     for key, want, got in mism:
-        lane, fx = key.split(":")
+        lane, fx = key.rsplit(":", 1)
         print(f"MISMATCH lane={lane} fixture={fx} golden={want} got={got}")
     return 1 if mism else 0
