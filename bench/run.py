@@ -75,12 +75,24 @@ def race(contenders, reps, settle_after):
     return {k: (statistics.median(v), v) for k, v in times.items()}
 
 
-def numpy_quantize_int8(x):
-    """A numpy-written int8 quantizer (the baseline; not the contract's oracle)."""
+def numpy_quantize(x, s, c):
+    """A numpy-written quantizer (the baseline; not the contract's oracle): codes of
+    |value| < 2**(s+1) with a power-of-two exponent per row."""
     absmax = np.nanmax(np.abs(x), axis=1)
-    e = np.where(absmax > 0, np.frexp(absmax)[1] - 1 - 6, 0).astype(np.int32)
-    codes = np.clip(np.rint(x * np.ldexp(np.float32(1), -e)[:, None]), -127, 127)
-    return np.nan_to_num(codes).astype(np.int8), e
+    e = np.where(absmax > 0, np.frexp(absmax)[1] - 1 - s, 0).astype(np.int32)
+    codes = np.clip(np.rint(x * np.ldexp(np.float32(1), -e)[:, None]), -c, c)
+    return np.nan_to_num(codes), e
+
+
+def numpy_quantize_int8(x):
+    codes, e = numpy_quantize(x, 6, 127)
+    return codes.astype(np.int8), e
+
+
+def numpy_quantize_int15(x):
+    codes, e = numpy_quantize(x, 13, 16383)
+    codes = codes.astype(np.int32)
+    return (codes >> 7).astype(np.int8), (codes & 127).astype(np.int8), e
 
 
 def rel_err(got, ref):
@@ -158,7 +170,7 @@ def main(argv=None):
            {"mojolearn": lambda: linalg.quantize_int8(x), "numpy": lambda: numpy_quantize_int8(x)},
            peer="numpy")
     B.case(f"quantize_int15;{side}x{side}", "quantize_int15", "W-1/W-2", (side, side),
-           {"mojolearn": lambda: linalg.quantize_int15(x), "numpy": lambda: numpy_quantize_int8(x)},
+           {"mojolearn": lambda: linalg.quantize_int15(x), "numpy": lambda: numpy_quantize_int15(x)},
            peer="numpy")
     q8 = linalg.quantize_int8(x)
     B.case(f"dequantize_int8;{side}x{side}", "dequantize_int8", "L-6", (side, side),

@@ -114,9 +114,6 @@ class Array:
     def address(self) -> int:
         return ctypes.addressof(self)
 
-    def _flat(self) -> memoryview:
-        return memoryview(self).cast("B").cast(DTYPES[self._ml_dtype][2])
-
     def memoryview(self) -> memoryview:
         """A zero-copy memoryview in the native struct format, indexable."""
         if self.size == 0:

@@ -3,7 +3,6 @@ built-in exception whose text starts with ``mojolearn:`` and names the function,
 the argument, what was refused and the way out. Nothing here touches data."""
 from __future__ import annotations
 
-from ._array import Array
 from ._buffers import Buf, read, to_array
 
 _CAST_HINT = {
@@ -31,8 +30,7 @@ def buf(obj, func: str, arg: str, dtypes: tuple, ndim: int | None = None, lists=
             f"mojolearn: {func}: {arg} must be {ndim}-D, got {b.ndim}-D with shape {b.shape}"
         )
     if not b.c_contiguous and b.size:
-        b = read(to_array(b.keep if not isinstance(b.keep, memoryview) else b.keep,
-                          func=func, arg=arg), func=func, arg=arg)
+        b = read(to_array(b.keep, func=func, arg=arg), func=func, arg=arg)
     return b
 
 
@@ -48,7 +46,3 @@ def out_buf(out, func: str, dtype: str, shape: tuple) -> Buf:
     if b.readonly:
         raise ValueError(f"mojolearn: {func}: out is read-only")
     return b
-
-
-def is_array(x) -> bool:
-    return isinstance(x, Array)

@@ -27,7 +27,7 @@ def rows_ws(g: GemmArgs, cols: Int) -> Int:
     var L = leaf_size(g.k)
     var nleaves = (g.k + L - 1) // L
     var per = round_up(cols, 16) * ROWS_MAX
-    return per * (1 + max(bit_length(nleaves), 1)) + 16 * g.k + TCHUNK * L
+    return per * (1 + max(bit_length(nleaves), 1)) + TCHUNK * L
 
 
 @always_inline
@@ -115,17 +115,14 @@ def _leaf_nt_fused[R: Int](
     var acc = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
     var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
     var avec = Array[SIMD[DType.float32, 16], 4](fill=SIMD[DType.float32, 16](0))
-    var a_rows = not g.trans_a and not g.a_bf16
     var ap = F32Ptr(unsafe_from_address=g.a)
     var kb = 0
     while kb < lk:
         # this block's 16 values of each A row, read once (the chains use them in order)
         comptime for i in range(R):
-            if a_rows:
-                avec[i] = ap.unsafe_load[width=16]((i_lo + i) * g.k + k0 + kb)
-            else:
-                comptime for t in range(16):
-                    avec[i][t] = _a_at(g, i_lo + i, k0 + kb + t)
+            # the NT layout excludes transpose_a, and a bf16 a comes only with a bf16 b,
+            # which never takes this path: a is a float32 (m, k) row here
+            avec[i] = ap.unsafe_load[width=16]((i_lo + i) * g.k + k0 + kb)
         comptime for gb in range(NTG):
             comptime for r in range(16):
                 blk[r] = s.unsafe_load[width=16]((jcol + gb * 16 + r) * g.k + k0 + kb)
@@ -189,7 +186,7 @@ def f32_rows(
     var per = stride * ROWS_MAX
     var acc = ws
     var slots = ws.unsafe_offset(per)
-    var tbuf = slots.unsafe_offset(per * levels + 16 * k)
+    var tbuf = slots.unsafe_offset(per * levels)
     var bsrc = F32Ptr(unsafe_from_address=g.b)
     # column chunks outer (NT: each chunk's rows of the stored B are then read along
     # all of k in turn, one long stream per row), leaves inner
