@@ -20,6 +20,7 @@ from convert.cpu.quant import (
     dequantize_int15_rows,
 )
 from gemm.cpu.entry import register_gemm
+from transformer.cpu.entry import register_nn
 from gpu.cpu_run import register_gpu_reference
 
 
@@ -266,6 +267,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[strided_copy]("strided_copy")
         m.def_function[mxcsr]("mxcsr")
         register_gemm(m)
+        register_nn(m)
         register_gpu_reference(m)
         return m.finalize()
     except e:

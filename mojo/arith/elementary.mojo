@@ -1,0 +1,216 @@
+"""Elementary float32 rules of the model contract (contracts/ops/IDENTICAL_NN_CONTRACT.md).
+
+Every function is width-generic (SIMD lanes are independent) and is built only from
+single IEEE float32 operations: mul, add, div, a true fma, floor, and bit operations.
+No libm, no float64, no hardware approximation instructions. A product that feeds an
+add is fenced so the compiler never contracts the two into an FMA (rule M-0).
+
+Rule ids: M-0 operations, M-5 sqrt, M-8 logf, M-9 sin/cos, M-14 expf, M-7 powf.
+"""
+from std.math import fma, floor
+from std.memory import bitcast
+from std.sys import llvm_intrinsic
+
+comptime F32MIN_BITS: UInt32 = 0x00800000
+comptime NEG_FLT_MAX_BITS: UInt32 = 0xFF7FFFFF
+comptime QNAN_BITS: UInt32 = 0x7FC00000
+
+
+@always_inline
+def _ftz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-0: a subnormal becomes the zero of the same sign."""
+    var b = bitcast[DType.uint32, w](x)
+    var tiny = (b & 0x7F800000).eq(0)
+    return bitcast[DType.float32, w](tiny.select(b & 0x80000000, b))
+
+
+@always_inline
+def _mul[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-0: one correctly rounded product, never contracted into a later add."""
+    return llvm_intrinsic["llvm.arithmetic.fence", SIMD[DType.float32, w]](a * b)
+
+
+@always_inline
+def f32_of_bits[w: Int](b: SIMD[DType.uint32, w]) -> SIMD[DType.float32, w]:
+    return bitcast[DType.float32, w](b)
+
+
+@always_inline
+def _pow2_i32[w: Int](e: SIMD[DType.int32, w]) -> SIMD[DType.float32, w]:
+    """float32 2**e for -126 <= e <= 127 (callers keep e inside)."""
+    return bitcast[DType.float32, w](((e + 127).cast[DType.uint32]()) << 23)
+
+
+@always_inline
+def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-5: the correctly rounded square root of a positive normal x, computed
+    portably. x = m * 4**k with m in [1, 4) (exact, on the bits); sqrt(m) by three
+    Newton steps from a bit-trick seed, then of the five float32 neighbours c-2u..c+2u
+    the one with the smallest |fma(-c, c, m)|; the result is that times 2**k (exact).
+    Only positive normal inputs reach it (RMSNorm's mean + eps, head_dim)."""
+    var xb = bitcast[DType.uint32, w](x)
+    var e = ((xb >> 23) & 0xFF).cast[DType.int32]() - 127
+    var k = e >> 1  # floor(e / 2)
+    var mb = (xb & 0x007FFFFF) | ((e - 2 * k + 127).cast[DType.uint32]() << 23)
+    var m = bitcast[DType.float32, w](mb)
+    var y = bitcast[DType.float32, w]((mb >> 1) + 0x1FBD1DF5)
+    comptime for _ in range(3):
+        y = _mul[w](SIMD[DType.float32, w](0.5), y + m / y)
+    var yb = bitcast[DType.uint32, w](y)
+    var best = y
+    var best_r = abs(fma(-y, y, m))
+    comptime for d in range(-2, 3):
+        comptime if d != 0:
+            var c = bitcast[DType.float32, w](
+                (yb.cast[DType.int32]() + Int32(d)).cast[DType.uint32]()
+            )
+            var r = abs(fma(-c, c, m))
+            var better = r.lt(best_r)
+            best = better.select(c, best)
+            best_r = better.select(r, best_r)
+    var rb = bitcast[DType.uint32, w](best).cast[DType.int32]() + (k << 23)
+    return bitcast[DType.float32, w](rb.cast[DType.uint32]())
+
+
+@always_inline
+def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-14: Cephes expf with the ln2 split, two exact scalings, +0 below FLT_MIN."""
+    comptime F = SIMD[DType.float32, w]
+    var zf = floor(fma(x, F(1.4426950408889634), F(0.5)))
+    # keep zf in range for the lanes the tests below replace anyway
+    zf = min(max(zf, F(-127)), F(128))
+    var r = fma(zf, F(-0.693359375), x)
+    r = fma(zf, F(2.12194440e-4), r)
+    var q = F(1.9875691500e-4)
+    q = fma(q, r, F(1.3981999507e-3))
+    q = fma(q, r, F(8.3334519073e-3))
+    q = fma(q, r, F(4.1665795894e-2))
+    q = fma(q, r, F(1.6666665459e-1))
+    q = fma(q, r, F(5.0000001201e-1))
+    var y = fma(q, _mul[w](r, r), r)
+    y = y + F(1)
+    var k = zf.cast[DType.int32]()
+    var k1 = k >> 1
+    y = _mul[w](y, _pow2_i32[w](k1))
+    y = _mul[w](y, _pow2_i32[w](k - k1))
+    var yb = bitcast[DType.uint32, w](y)
+    y = (yb & 0x7FFFFFFF).lt(F32MIN_BITS).select(F(0), y)
+    y = x.gt(F(88.722835)).select(F(bitcast[DType.float32, 1](UInt32(0x7F800000))[0]), y)
+    y = x.lt(F(-87.33655)).select(F(0), y)
+    var nan = x.ne(x)
+    return nan.select(x, y)
+
+
+@always_inline
+def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-8: Cephes logf for a positive normal x (only the RoPE theta reaches it)."""
+    comptime F = SIMD[DType.float32, w]
+    var xb = bitcast[DType.uint32, w](x)
+    var e = ((xb >> 23) & 0xFF).cast[DType.int32]() - 126
+    var m = bitcast[DType.float32, w]((xb & 0x007FFFFF) | 0x3F000000)  # [0.5, 1)
+    var small = m.lt(F(0.707106781186547524))
+    e = small.select(e - 1, e)
+    m = small.select(m + m, m)
+    var t = m - F(1)
+    var z = _mul[w](t, t)
+    var p = F(7.0376836292e-2)
+    p = fma(p, t, F(-1.1514610310e-1))
+    p = fma(p, t, F(1.1676998740e-1))
+    p = fma(p, t, F(-1.2420140846e-1))
+    p = fma(p, t, F(1.4249322787e-1))
+    p = fma(p, t, F(-1.6668057665e-1))
+    p = fma(p, t, F(2.0000714765e-1))
+    p = fma(p, t, F(-2.4999993993e-1))
+    p = fma(p, t, F(3.3333331174e-1))
+    var y = _mul[w](_mul[w](t, z), p)
+    var fe = e.cast[DType.float32]()
+    y = fma(fe, F(-2.12194440e-4), y)
+    y = fma(F(-0.5), z, y)
+    var r = t + y
+    return fma(fe, F(0.693359375), r)
+
+
+@always_inline
+def _powf[w: Int](x: SIMD[DType.float32, w], y: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-7: _expf[w](_mul[w](y, _logf[w](x))), and 1 when y = 0."""
+    comptime F = SIMD[DType.float32, w]
+    var r = _expf[w](_mul[w](y, _logf[w](x)))
+    return y.eq(F(0)).select(F(1), r)
+
+
+@always_inline
+def _sincosf[w: Int](x: SIMD[DType.float32, w]) -> Tuple[SIMD[DType.float32, w], SIMD[DType.float32, w]]:
+    """M-9: Cephes sinf and cosf of x (returned as (sin, cos))."""
+    comptime F = SIMD[DType.float32, w]
+    comptime I = SIMD[DType.int32, w]
+    var a = abs(x)
+    var j = floor(_mul[w](a, F(1.27323954473516))).cast[DType.int32]()
+    var y = j.cast[DType.float32]()
+    var odd = (j & 1).ne(0)
+    j = odd.select(j + 1, j)
+    y = odd.select(y + F(1), y)
+    j = j & 7
+    var r = fma(y, F(-0.78515625), a)
+    r = fma(y, F(-2.4187564849853515625e-4), r)
+    r = fma(y, F(-3.77489497744594108e-8), r)
+    var sgn_s = x.lt(F(0)).select(F(-1), F(1))
+    var sgn_c = F(1)
+    var big = j.gt(I(3))
+    j = big.select(j - 4, j)
+    sgn_s = big.select(-sgn_s, sgn_s)
+    sgn_c = big.select(-sgn_c, sgn_c)
+    sgn_c = j.gt(I(1)).select(-sgn_c, sgn_c)
+    var z = _mul[w](r, r)
+    var ps = fma(fma(F(-1.9515295891e-4), z, F(8.3321608736e-3)), z, F(-1.6666654611e-1))
+    var ys = fma(_mul[w](r, z), ps, r)
+    var pc = fma(fma(F(2.443315711809948e-5), z, F(-1.388731625493765e-3)), z, F(4.166664568298827e-2))
+    var yc = fma(_mul[w](z, z), pc, fma(F(-0.5), z, F(1)))
+    var swap = j.eq(I(1)) | j.eq(I(2))
+    var s = swap.select(yc, ys)
+    var c = swap.select(ys, yc)
+    return (_mul[w](sgn_s, s), _mul[w](sgn_c, c))
+
+
+# ---------------------------------------------------------------- width-generic entry points
+@always_inline
+def ftz(x: SIMD) -> type_of(x):
+    comptime w = x.length
+    return rebind[type_of(x)](_ftz[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def mul(a: SIMD, b: type_of(a)) -> type_of(a):
+    comptime w = a.length
+    return rebind[type_of(a)](_mul[w](rebind[SIMD[DType.float32, w]](a), rebind[SIMD[DType.float32, w]](b)))
+
+
+@always_inline
+def sqrt_rn(x: SIMD) -> type_of(x):
+    comptime w = x.length
+    return rebind[type_of(x)](_sqrt_rn[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def expf(x: SIMD) -> type_of(x):
+    comptime w = x.length
+    return rebind[type_of(x)](_expf[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def logf(x: SIMD) -> type_of(x):
+    comptime w = x.length
+    return rebind[type_of(x)](_logf[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def powf(x: SIMD, y: type_of(x)) -> type_of(x):
+    comptime w = x.length
+    return rebind[type_of(x)](_powf[w](rebind[SIMD[DType.float32, w]](x), rebind[SIMD[DType.float32, w]](y)))
+
+
+@always_inline
+def sin_cos(x: SIMD) -> Tuple[type_of(x), type_of(x)]:
+    """(sin, cos) of x by rule M-9."""
+    comptime w = x.length
+    var r = _sincosf[w](rebind[SIMD[DType.float32, w]](x))
+    return (rebind[type_of(x)](r[0]), rebind[type_of(x)](r[1]))

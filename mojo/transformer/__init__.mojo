@@ -1,0 +1,1 @@
+"""The transformer ops between the matrix products (contracts/ops/)."""

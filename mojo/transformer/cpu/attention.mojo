@@ -1,0 +1,227 @@
+"""Causal attention over the cache (contract rules M-6, M-11..M-15, M-21, M-24).
+
+A unit is (batch b, key/value head g, a chunk of queries); it serves every query head
+that reads g. For each query (absolute position p) and head:
+  scores   s_j over all keys 0 .. nkeys-1 (cached keys first, then this call's):
+           fp32.v1 dot over head_dim (leaves of 128, pairwise tree), or under
+           fixed15_v1 the int15i64.v1 cell of the rotated q row and k row, both
+           quantized here on every call;
+  scale    s_j = mul(s_j, scale), scale = div(1, sqrt(f32(head_dim)));
+  mask     s_j = add(s_j, m_j), m_j = +0 for j <= p, else -FLT_MAX;
+  softmax  mx over the row (NaN -> quiet NaN), e_j = expf(add(s_j, -mx)),
+           den = serial sum of e_j ascending, w_j = div(e_j, den);
+  P.V      out_c = serial fma chain over j ascending from +0: fma(w_j, v_jc, acc).
+The key cache is (batch, kv_heads, head_dim, tmax) (keys are columns, so a dot is
+vectorized across keys), the value cache (batch, kv_heads, tmax, head_dim).
+"""
+from std.math import fma
+from std.memory import bitcast
+from std.memory.alloc import unsafe_alloc
+from std.sys import simd_width_of
+from std.collections import Array
+from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
+from arith.elementary import ftz, mul, sqrt_rn, expf, NEG_FLT_MAX_BITS, QNAN_BITS
+from convert.cpu.quant import row_exponent, pow2f_bits, _codes
+
+comptime W = simd_width_of[DType.float32]()
+comptime F1 = SIMD[DType.float32, 1]
+comptime FW = SIMD[DType.float32, W]
+comptime LEAF = 128
+comptime MAX_LEAVES = 8
+comptime KB = 4  # key blocks of W lanes in flight
+
+
+@fieldwise_init
+struct AttnArgs(Copyable, ImplicitlyCopyable, Movable):
+    var q: Int          # (batch, length, ldq) rotated queries, head h at h * head_dim
+    var ldq: Int
+    var kt: Int         # key cache
+    var v: Int          # value cache
+    var out: Int        # (batch, length, n_heads * head_dim)
+    var batch: Int
+    var length: Int
+    var n_heads: Int
+    var n_kv: Int
+    var head_dim: Int
+    var pos0: Int
+    var tmax: Int
+    var fixed15: Bool
+    var qchunk: Int
+
+
+@always_inline
+def attn_scale(head_dim: Int) -> Float32:
+    """M-6: div(1, sqrt(f32(head_dim))): two roundings."""
+    return ftz(F1(1) / sqrt_rn(F1(Float32(head_dim))))[0]
+
+
+def attn_ws_floats(a: AttnArgs) -> Int:
+    """Per-unit workspace (float32 words): scores row, and under fixed15 the key
+    codes (int32), their exponents and the query codes."""
+    var nkeys = a.pos0 + a.length
+    var n = nkeys + 16
+    if a.fixed15:
+        n += nkeys * a.head_dim + nkeys + a.head_dim + 16 + nkeys * a.head_dim
+    return (n + 15) // 16 * 16
+
+
+def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
+    var nchunks = (a.length + a.qchunk - 1) // a.qchunk
+    var b = unit // (a.n_kv * nchunks)
+    var rem = unit % (a.n_kv * nchunks)
+    var g = rem // nchunks
+    var ch = rem % nchunks
+    var i0 = ch * a.qchunk
+    var i1 = min(a.length, i0 + a.qchunk)
+    var hd = a.head_dim
+    var nkeys = a.pos0 + a.length
+    var group = a.n_heads // a.n_kv
+    var scale = attn_scale(hd)
+    var kt = F32Ptr(unsafe_from_address=a.kt).unsafe_offset((b * a.n_kv + g) * hd * a.tmax)
+    var vc = F32Ptr(unsafe_from_address=a.v).unsafe_offset((b * a.n_kv + g) * a.tmax * hd)
+    var qb = F32Ptr(unsafe_from_address=a.q)
+    var ob = F32Ptr(unsafe_from_address=a.out)
+    var s = ws
+    # fixed15: quantize every key row (rotated, float32 in the cache) once per unit
+    var kcodes = I32Ptr(unsafe_from_address=Int(ws.unsafe_offset(nkeys + 16)))
+    var kexp = kcodes.unsafe_offset(nkeys * hd)
+    var qcodes = kexp.unsafe_offset(nkeys + 16)
+    var krow = F32Ptr(unsafe_from_address=Int(qcodes.unsafe_offset(hd)))
+    if a.fixed15:
+        for j in range(nkeys):
+            for kk in range(hd):
+                krow.unsafe_store(j * hd + kk, kt.unsafe_load(kk * a.tmax + j))
+        var kbits = U32Ptr(unsafe_from_address=Int(krow))
+        for j in range(nkeys):
+            var e = row_exponent(kbits.unsafe_offset(j * hd), hd, 13)
+            kexp.unsafe_store(j, Int32(e))
+            var sc = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(-e)))[0]
+            for kk in range(hd):
+                kcodes.unsafe_store(j * hd + kk, _codes[1, 16383](kbits.unsafe_load(j * hd + kk), sc)[0])
+    var nleaves = (hd + LEAF - 1) // LEAF
+    for i in range(i0, i1):
+        var p = a.pos0 + i
+        for hh in range(group):
+            var h = g * group + hh
+            var qr = qb.unsafe_offset((b * a.length + i) * a.ldq + h * hd)
+            # ---- scores
+            if a.fixed15:
+                var qe = row_exponent(U32Ptr(unsafe_from_address=Int(qr)), hd, 13)
+                var qsc = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(-qe)))[0]
+                var qbits = U32Ptr(unsafe_from_address=Int(qr))
+                for kk in range(hd):
+                    qcodes.unsafe_store(kk, _codes[1, 16383](qbits.unsafe_load(kk), qsc)[0])
+                for j in range(nkeys):
+                    var acc = SIMD[DType.int64, 8](0)
+                    var kr = kcodes.unsafe_offset(j * hd)
+                    var kk = 0
+                    while kk + 8 <= hd:
+                        acc += qcodes.unsafe_load[width=8](kk).cast[DType.int64]() * kr.unsafe_load[width=8](kk).cast[DType.int64]()
+                        kk += 8
+                    var sum = acc.reduce_add()
+                    while kk < hd:
+                        sum += Int64(qcodes.unsafe_load(kk)) * Int64(kr.unsafe_load(kk))
+                        kk += 1
+                    var e = qe + Int(kexp.unsafe_load(j))
+                    var p2 = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(e)))
+                    var c = ftz(mul(F1(sum.cast[DType.float32]()), p2))
+                    s.unsafe_store(j, ftz(mul(c, F1(scale)))[0])
+            else:
+                var j = 0
+                while j < nkeys:
+                    var nb = min(KB, (nkeys - j + W - 1) // W)
+                    if nb == KB and j + KB * W <= nkeys:
+                        var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
+                        for lf in range(nleaves):
+                            var acc0 = FW(0)
+                            var acc1 = FW(0)
+                            var acc2 = FW(0)
+                            var acc3 = FW(0)
+                            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
+                                var qv = FW(qr.unsafe_load(kk))
+                                var row = kt.unsafe_offset(kk * a.tmax + j)
+                                acc0 = fma(qv, row.unsafe_load[width=W](0), acc0)
+                                acc1 = fma(qv, row.unsafe_load[width=W](W), acc1)
+                                acc2 = fma(qv, row.unsafe_load[width=W](2 * W), acc2)
+                                acc3 = fma(qv, row.unsafe_load[width=W](3 * W), acc3)
+                            parts[lf * KB + 0] = ftz(acc0)
+                            parts[lf * KB + 1] = ftz(acc1)
+                            parts[lf * KB + 2] = ftz(acc2)
+                            parts[lf * KB + 3] = ftz(acc3)
+                        # balanced pairwise tree over leaves, odd last carried
+                        var n = nleaves
+                        while n > 1:
+                            var half = n // 2
+                            for t in range(half):
+                                comptime for q in range(KB):
+                                    parts[t * KB + q] = ftz(parts[2 * t * KB + q] + parts[(2 * t + 1) * KB + q])
+                            if n % 2 == 1:
+                                comptime for q in range(KB):
+                                    parts[half * KB + q] = parts[(n - 1) * KB + q]
+                            n = half + n % 2
+                        comptime for q in range(KB):
+                            s.unsafe_store(j + q * W, ftz(mul(parts[q], FW(scale))))
+                        j += KB * W
+                    else:
+                        var partsn = Array[Float32, MAX_LEAVES](fill=0)
+                        for lf in range(nleaves):
+                            var acc = F1(0)
+                            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
+                                acc = fma(F1(qr.unsafe_load(kk)), F1(kt.unsafe_load(kk * a.tmax + j)), acc)
+                            partsn[lf] = ftz(acc)[0]
+                        var n = nleaves
+                        while n > 1:
+                            var half = n // 2
+                            for t in range(half):
+                                partsn[t] = ftz(F1(partsn[2 * t]) + F1(partsn[2 * t + 1]))[0]
+                            if n % 2 == 1:
+                                partsn[half] = partsn[n - 1]
+                            n = half + n % 2
+                        s.unsafe_store(j, ftz(mul(F1(partsn[0]), F1(scale)))[0])
+                        j += 1
+            # ---- mask and row maximum
+            var neg = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](NEG_FLT_MAX_BITS))
+            var mx = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))  # -inf
+            var any_nan = False
+            for j in range(nkeys):
+                var x = F1(s.unsafe_load(j))
+                if j > p:
+                    x = ftz(x + neg)
+                    s.unsafe_store(j, x[0])
+                else:
+                    x = ftz(x + F1(0))
+                    s.unsafe_store(j, x[0])
+                if x != x:
+                    any_nan = True
+                elif x > mx or (x == mx and x == 0 and (bitcast[DType.uint32, 1](mx) >> 31) == 1):
+                    mx = x
+            if any_nan:
+                mx = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](QNAN_BITS))
+            # ---- exp, serial sum, one division per weight
+            var den = F1(0)
+            for j in range(nkeys):
+                var e = ftz(expf(ftz(F1(s.unsafe_load(j)) + (-mx))))
+                s.unsafe_store(j, e[0])
+                den = ftz(den + e)
+            var jj = 0
+            while jj + W <= nkeys:
+                s.unsafe_store(jj, ftz(s.unsafe_load[width=W](jj) / FW(den[0])))
+                jj += W
+            while jj < nkeys:
+                s.unsafe_store(jj, ftz(F1(s.unsafe_load(jj)) / den)[0])
+                jj += 1
+            # ---- P.V: one serial fma chain per output element, vectorized across it
+            var orow = ob.unsafe_offset((b * a.length + i) * a.n_heads * hd + h * hd)
+            var c = 0
+            while c + W <= hd:
+                var acc = FW(0)
+                for j in range(nkeys):
+                    acc = fma(FW(s.unsafe_load(j)), vc.unsafe_load[width=W](j * hd + c), acc)
+                orow.unsafe_store(c, ftz(acc))
+                c += W
+            while c < hd:
+                var acc = F1(0)
+                for j in range(nkeys):
+                    acc = fma(F1(s.unsafe_load(j)), F1(vc.unsafe_load(j * hd + c)), acc)
+                orow.unsafe_store(c, ftz(acc)[0])
+                c += 1

@@ -1,0 +1,158 @@
+"""CPU kernels of the transformer ops (contracts/ops/IDENTICAL_NN_CONTRACT.md).
+
+Each function covers a range of rows (or of attention units) so the entry can split
+a call into tasks; no result depends on the split. The arithmetic of each rule is
+the arithmetic layer's (arith.elementary); this file only lays out loops. Callers run
+with DAZ on and FTZ off (common.fpstate), and every stored value is flushed.
+"""
+from std.math import fma
+from std.memory import bitcast
+from std.memory.alloc import unsafe_alloc
+from std.sys import simd_width_of
+from common.ptr import F32Ptr, I64Ptr, I32Ptr
+from arith.elementary import ftz, mul, sqrt_rn, expf, logf, powf, sin_cos
+from convert.cpu.quant import row_exponent, pow2f_bits
+from common.ptr import U32Ptr
+
+comptime W = simd_width_of[DType.float32]()
+comptime F1 = SIMD[DType.float32, 1]
+comptime FW = SIMD[DType.float32, W]
+
+
+# ------------------------------------------------------------------ M-2 gather
+def gather_rows(table: F32Ptr, ids: I64Ptr, dst: F32Ptr, d: Int, r0: Int, r1: Int):
+    """out[r] = table[ids[r]]: an exact copy of each row."""
+    for r in range(r0, r1):
+        var src = table.unsafe_offset(Int(ids.unsafe_load(r)) * d)
+        var dst = dst.unsafe_offset(r * d)
+        var j = 0
+        while j + W <= d:
+            dst.unsafe_store(j, src.unsafe_load[width=W](j))
+            j += W
+        while j < d:
+            dst.unsafe_store(j, src.unsafe_load(j))
+            j += 1
+
+
+# ------------------------------------------------------------------ M-4 RMSNorm
+def rmsnorm_rows(x: F32Ptr, ldx: Int, w: F32Ptr, dst: F32Ptr, ldo: Int, d: Int, eps: Float32, r0: Int, r1: Int):
+    for r in range(r0, r1):
+        var xr = x.unsafe_offset(r * ldx)
+        var acc = F1(0)
+        for j in range(d):
+            var v = xr.unsafe_load(j)
+            acc = fma(v, v, acc)
+        acc = ftz(acc)
+        var mean = ftz(acc / F1(Float32(d)))
+        var rstd = ftz(F1(1) / sqrt_rn(ftz(mean + F1(eps))))
+        var o = dst.unsafe_offset(r * ldo)
+        var rs = FW(rstd[0])
+        var j = 0
+        while j + W <= d:
+            var t = ftz(mul(xr.unsafe_load[width=W](j), rs))
+            o.unsafe_store(j, ftz(mul(w.unsafe_load[width=W](j), t)))
+            j += W
+        while j < d:
+            var t = ftz(mul(xr.unsafe_load[width=1](j), rstd))
+            o.unsafe_store(j, ftz(mul(w.unsafe_load[width=1](j), t)))
+            j += 1
+
+
+# ------------------------------------------------------------------ M-7 RoPE table
+def rope_table_rows(cos_t: F32Ptr, sin_t: F32Ptr, head_dim: Int, theta: Float32, p0: Int, p1: Int):
+    """Rows p0..p1 of the (positions, head_dim / 2) cos and sin tables."""
+    var half = head_dim // 2
+    var inv = List[Float32](length=half, fill=0)
+    for i in range(half):
+        var e = ftz(F1(Float32(2 * i)) / F1(Float32(head_dim)))
+        inv[i] = ftz(F1(1) / powf(F1(theta), e))[0]
+    for p in range(p0, p1):
+        for i in range(half):
+            var ang = mul(F1(Float32(p)), F1(inv[i]))
+            var sc = sin_cos(ang)
+            sin_t.unsafe_store(p * half + i, ftz(sc[0]))
+            cos_t.unsafe_store(p * half + i, ftz(sc[1]))
+
+
+# ------------------------------------------------------------------ M-10 RoPE rotation
+def rope_rows(
+    src: F32Ptr, lds: Int, dst: F32Ptr, ldd: Int, dst_head_stride: Int, n_heads: Int, head_dim: Int,
+    cos_t: F32Ptr, sin_t: F32Ptr, pos0: Int, length: Int, r0: Int, r1: Int, transposed: Bool, tmax: Int,
+):
+    """Rotate the heads of rows r0..r1 (row r is token r % length at position
+    pos0 + r % length). Source head h lives at src[r * lds + h * head_dim].
+    transposed=False: dst[r * ldd + h * dst_head_stride + j].
+    transposed=True (the key cache, (batch, kv_heads, head_dim, tmax)): row r of batch
+    b = r // length goes to column pos of dst[((b * n_heads + h) * head_dim + j) * tmax + pos]."""
+    var half = head_dim // 2
+    for r in range(r0, r1):
+        var pos = pos0 + r % length
+        var b = r // length
+        var c = cos_t.unsafe_offset(pos * half)
+        var s = sin_t.unsafe_offset(pos * half)
+        for h in range(n_heads):
+            var x = src.unsafe_offset(r * lds + h * head_dim)
+            for j in range(head_dim):
+                var i = j if j < half else j - half
+                var xj = F1(x.unsafe_load(j))
+                var other = F1(-x.unsafe_load(j + half)) if j < half else F1(x.unsafe_load(j - half))
+                var y = ftz(mul(xj, F1(c.unsafe_load(i))) + mul(other, F1(s.unsafe_load(i))))
+                if transposed:
+                    dst.unsafe_store(((b * n_heads + h) * head_dim + j) * tmax + pos, y[0])
+                else:
+                    dst.unsafe_store(r * ldd + h * dst_head_stride + j, y[0])
+
+
+# ------------------------------------------------------------------ M-17 SiLU gate product
+def silu_mul_rows(g: F32Ptr, u: F32Ptr, ld_in: Int, dst: F32Ptr, ld_out: Int, n: Int, r0: Int, r1: Int):
+    for r in range(r0, r1):
+        var gr = g.unsafe_offset(r * ld_in)
+        var ur = u.unsafe_offset(r * ld_in)
+        var o = dst.unsafe_offset(r * ld_out)
+        var j = 0
+        while j + W <= n:
+            var x = gr.unsafe_load[width=W](j)
+            var s = ftz(x / ftz(ftz(expf(-x)) + FW(1)))
+            o.unsafe_store(j, ftz(mul(s, ur.unsafe_load[width=W](j))))
+            j += W
+        while j < n:
+            var x = gr.unsafe_load[width=1](j)
+            var s = ftz(x / ftz(ftz(expf(-x)) + F1(1)))
+            o.unsafe_store(j, ftz(mul(s, ur.unsafe_load[width=1](j))))
+            j += 1
+
+
+# ------------------------------------------------------------------ M-16 residual add, bias add
+def add_rows(x: F32Ptr, ldx: Int, y: F32Ptr, ldy: Int, dst: F32Ptr, ldo: Int, n: Int, r0: Int, r1: Int):
+    """dst[r, j] = ftz(x[r, j] + y[r, j]); ldy = 0 adds one row (a bias) to every row."""
+    for r in range(r0, r1):
+        var xr = x.unsafe_offset(r * ldx)
+        var yr = y.unsafe_offset(r * ldy)
+        var o = dst.unsafe_offset(r * ldo)
+        var j = 0
+        while j + W <= n:
+            o.unsafe_store(j, ftz(xr.unsafe_load[width=W](j) + yr.unsafe_load[width=W](j)))
+            j += W
+        while j < n:
+            o.unsafe_store(j, ftz(xr.unsafe_load[width=1](j) + yr.unsafe_load[width=1](j)))
+            j += 1
+
+
+# ------------------------------------------------------------------ M-5 .. M-14 elementwise (tests)
+def elementwise(op: Int, src: F32Ptr, dst: F32Ptr, n0: Int, n1: Int):
+    """The arithmetic layer's functions over an array (the tests check each against
+    its oracle): 0 expf, 1 logf, 2 sin, 3 cos, 4 sqrt."""
+    for j in range(n0, n1):
+        var x = F1(src.unsafe_load(j))
+        var y = x
+        if op == 0:
+            y = expf(x)
+        elif op == 1:
+            y = logf(x)
+        elif op == 2:
+            y = sin_cos(x)[0]
+        elif op == 3:
+            y = sin_cos(x)[1]
+        else:
+            y = sqrt_rn(x)
+        dst.unsafe_store(j, y[0])

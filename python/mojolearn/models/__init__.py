@@ -1,0 +1,1 @@
+"""mojolearn.models: transformer models that compute under a numeric profile."""

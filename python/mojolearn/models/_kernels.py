@@ -1,0 +1,156 @@
+"""Thin calls into the extension for the models: numpy buffers in, addresses out.
+
+Every function here only checks shapes it was handed by the model code and passes
+addresses; all arithmetic runs in the Mojo kernels (contracts/ops/ and
+contracts/gemm/).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from .._native_loader import native
+from .._threads import get_num_threads
+from .. import _gemm
+
+
+def _a(x) -> int:
+    return x.ctypes.data
+
+
+def f32_bits(x: float) -> int:
+    """The float32 nearest to a config value (eps, theta), as its bit pattern."""
+    return struct.unpack("<I", struct.pack("<f", float(x)))[0]
+
+
+def gemm_nt(x, ldx_rows: int, w, out, *, w_bf16: bool = False):
+    """out (m, n) = x (m, k) @ w.T under fp32.v1; w (n, k) float32 or bf16 bits."""
+    m, k = ldx_rows, x.shape[-1]
+    n = w.shape[0]
+    if m == 0 or n == 0:
+        return out
+    wa, wn = _gemm._ws()
+    need = native().gemm_f32((
+        _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), get_num_threads(),
+        _gemm._SABOTAGE, wa, wn,
+    ))
+    if need > wn:
+        _gemm._ws_fit(need)
+    return out
+
+
+def quantize15(x, m: int, k: int):
+    """(hi, lo, exps) of the rows of x (m, k) under the int15 quantizer (W-1..W-3)."""
+    hi = np.empty((m, k), dtype=np.int8)
+    lo = np.empty((m, k), dtype=np.int8)
+    e = np.empty((m,), dtype=np.int32)
+    if m and k:
+        native().quantize_int15((_a(x), _a(hi), _a(lo), _a(e), m, k, get_num_threads()))
+    return hi, lo, e
+
+
+def gemm_int15(xq, wq, out, m: int, n: int, k: int):
+    """out (m, n) = int15i64.v1 of the quantized activations xq and weights wq."""
+    if m == 0 or n == 0:
+        return out
+    wa, wn = _gemm._ws()
+    need = native().gemm_int15((
+        _a(xq[0]), _a(xq[1]), _a(xq[2]), _a(wq[0]), _a(wq[1]), _a(wq[2]), _a(out),
+        m, n, k, get_num_threads(), _gemm._SABOTAGE, wa, wn,
+    ))
+    if need > wn:
+        _gemm._ws_fit(need)
+    return out
+
+
+def to_bf16(w):
+    out = np.empty(w.shape, dtype=np.uint16)
+    native().to_bf16((_a(w), _a(out), w.size, get_num_threads()))
+    return out
+
+
+def from_bf16(bits):
+    out = np.empty(bits.shape, dtype=np.float32)
+    native().from_bf16((_a(bits), _a(out), bits.size, get_num_threads()))
+    return out
+
+
+def int8_roundtrip(w):
+    """dequantize_int8(quantize_int8(w)): the float32 an int8-stored weight holds."""
+    m, k = w.shape
+    codes = np.empty((m, k), dtype=np.int8)
+    e = np.empty((m,), dtype=np.int32)
+    out = np.empty((m, k), dtype=np.float32)
+    t = get_num_threads()
+    native().quantize_int8((_a(w), _a(codes), _a(e), m, k, t))
+    native().dequantize_int8((_a(codes), _a(e), _a(out), m, k, t))
+    return out
+
+
+def gather(table, ids, out):
+    rows = ids.size
+    native().nn_gather((_a(table), _a(ids), _a(out), rows, table.shape[1], get_num_threads()))
+    return out
+
+
+def rmsnorm(x, w, eps_bits: int, out):
+    rows, d = x.shape
+    native().nn_rmsnorm((_a(x), d, _a(w), _a(out), d, rows, d, eps_bits, get_num_threads()))
+    return out
+
+
+def rope_table(npos: int, head_dim: int, theta_bits: int):
+    half = head_dim // 2
+    cos = np.empty((npos, half), dtype=np.float32)
+    sin = np.empty((npos, half), dtype=np.float32)
+    native().nn_rope_table((_a(cos), _a(sin), npos, head_dim, theta_bits, get_num_threads()))
+    return cos, sin
+
+
+def rope(src, src_off: int, lds: int, dst, ldd: int, dhs: int, n_heads: int, head_dim: int,
+         cos, sin, pos0: int, length: int, rows: int, *, transposed: bool = False, tmax: int = 0):
+    """Rotate n_heads heads starting at column src_off of each row of src."""
+    native().nn_rope((
+        _a(src) + 4 * src_off, lds, _a(dst), ldd, dhs, n_heads, head_dim, _a(cos), _a(sin),
+        pos0, length, rows, int(transposed), tmax, get_num_threads(),
+    ))
+
+
+def silu_mul(gu, ff: int, out):
+    rows = gu.shape[0]
+    native().nn_silu_mul((_a(gu), _a(gu) + 4 * ff, gu.shape[1], _a(out), ff, ff, rows,
+                          get_num_threads()))
+    return out
+
+
+def add(x, y, out):
+    """out = x + y (same shapes), or y a 1-D row added to every row of x."""
+    rows, n = x.shape
+    ldy = 0 if y.ndim == 1 else y.shape[1]
+    native().nn_add((_a(x), n, _a(y), ldy, _a(out), n, n, rows, get_num_threads()))
+    return out
+
+
+def attention(q, ldq: int, kt, v, out, batch: int, length: int, n_heads: int, n_kv: int,
+              head_dim: int, pos0: int, tmax: int, fixed15: bool):
+    native().nn_attention((
+        _a(q), ldq, _a(kt), _a(v), _a(out), batch, length, n_heads, n_kv, head_dim, pos0,
+        tmax, int(fixed15), get_num_threads(),
+    ))
+    return out
+
+
+ELEMENTWISE = {"expf": 0, "logf": 1, "sin": 2, "cos": 3, "sqrt": 4}
+
+
+def elementwise(op: str, x):
+    """The arithmetic layer's function `op` over a float32 array (for the tests)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    native().nn_elementwise((ELEMENTWISE[op], _a(x), _a(out), x.size))
+    return out
+
+
+def attn_scale_bits(head_dim: int) -> int:
+    return native().nn_attn_scale((head_dim,))

@@ -1,0 +1,276 @@
+"""Independent numpy oracle of the transformer forward under fp32_v1 and fixed15_v1,
+written from contracts/ops/IDENTICAL_NN_CONTRACT.md (rules M-1 .. M-26) and the GEMM
+oracle in tests/oracle.py. Slow and plain on purpose: every float32 operation is one
+numpy operation on float32 arrays, every fma goes through oracle.fma_f32, every result
+is flushed. Tiny models only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import oracle as O
+
+F = np.float32
+FLT_MIN = F(2.0 ** -126)
+NEG_FLT_MAX = np.array([0xFF7FFFFF], dtype=np.uint32).view(np.float32)[0]
+QNAN = np.array([0x7FC00000], dtype=np.uint32).view(np.float32)[0]
+
+
+def a32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def ftz(x):
+    return O.ftz(a32(x))
+
+
+def mul(a, b):
+    with np.errstate(all="ignore"):
+        return ftz(a32(a) * a32(b))
+
+
+def add(a, b):
+    with np.errstate(all="ignore"):
+        return ftz(a32(a) + a32(b))
+
+
+def div(a, b):
+    with np.errstate(all="ignore"):
+        return ftz(a32(a) / a32(b))
+
+
+def fma(a, b, c):
+    return ftz(O.fma_f32(a32(a), a32(b), a32(c)))
+
+
+# ----------------------------------------------------------------- elementary (M-5..M-14)
+def sqrt(x):
+    """M-5: the correctly rounded IEEE square root."""
+    return ftz(np.sqrt(a32(x)))
+
+
+_EXP_C = [1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
+
+
+def expf(x):
+    x = a32(x)
+    with np.errstate(all="ignore"):
+        zf = np.floor(fma(x, F(1.4426950408889634), F(0.5)))
+        ok = (x <= F(88.722835)) & (x >= F(-87.33655)) & ~np.isnan(x)
+        zf = np.where(ok, zf, F(0)).astype(np.float32)
+        r = fma(zf, F(-0.693359375), x)
+        r = fma(zf, F(2.12194440e-4), r)
+        q = np.full_like(x, F(1.9875691500e-4))
+        for c in _EXP_C:
+            q = fma(q, r, F(c))
+        y = fma(q, mul(r, r), r)
+        y = add(y, F(1))
+        k = zf.astype(np.int64)
+        h = k >> 1
+        y = a32(y) * O.pow2f(h)
+        y = a32(y) * O.pow2f(k - h)
+        y = np.where(np.abs(y) < FLT_MIN, F(0), y).astype(np.float32)
+        y = np.where(x > F(88.722835), F(np.inf), y)
+        y = np.where(x < F(-87.33655), F(0), y)
+        y = np.where(np.isnan(x), x, y)
+    return a32(y)
+
+
+_LOG_C = [-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+          -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1]
+
+
+def logf(x):
+    """M-8, for positive normal x."""
+    x = a32(x)
+    m, e = np.frexp(x)
+    m = a32(m)
+    e = e.astype(np.int64)
+    small = m < F(0.707106781186547524)
+    e = np.where(small, e - 1, e)
+    m = np.where(small, m + m, m).astype(np.float32)
+    t = a32(m - F(1))
+    z = mul(t, t)
+    p = np.full_like(t, F(7.0376836292e-2))
+    for c in _LOG_C:
+        p = fma(p, t, F(c))
+    y = mul(mul(t, z), p)
+    fe = e.astype(np.float32)
+    y = fma(fe, F(-2.12194440e-4), y)
+    y = fma(F(-0.5), z, y)
+    r = add(t, y)
+    return fma(fe, F(0.693359375), r)
+
+
+def powf(x, y):
+    y = a32(y)
+    return np.where(y == 0, F(1), expf(mul(y, logf(x)))).astype(np.float32)
+
+
+def sincos(x):
+    """M-9: (sin, cos)."""
+    x = a32(x)
+    a = np.abs(x)
+    j = np.floor(mul(a, F(1.27323954473516))).astype(np.int64)
+    y = j.astype(np.float32)
+    odd = (j & 1) == 1
+    j = np.where(odd, j + 1, j)
+    y = np.where(odd, add(y, F(1)), y).astype(np.float32)
+    j = j & 7
+    r = fma(y, F(-0.78515625), a)
+    r = fma(y, F(-2.4187564849853515625e-4), r)
+    r = fma(y, F(-3.77489497744594108e-8), r)
+    ss = np.where(x < 0, F(-1), F(1)).astype(np.float32)
+    sc = np.ones_like(x)
+    big = j > 3
+    j = np.where(big, j - 4, j)
+    ss = np.where(big, -ss, ss)
+    sc = np.where(big, -sc, sc)
+    sc = np.where(j > 1, -sc, sc)
+    z = mul(r, r)
+    ps = fma(fma(F(-1.9515295891e-4), z, F(8.3321608736e-3)), z, F(-1.6666654611e-1))
+    ys = fma(mul(r, z), ps, r)
+    pc = fma(fma(F(2.443315711809948e-5), z, F(-1.388731625493765e-3)), z, F(4.166664568298827e-2))
+    yc = fma(mul(z, z), pc, fma(F(-0.5), z, F(1)))
+    swap = (j == 1) | (j == 2)
+    s = np.where(swap, yc, ys)
+    c = np.where(swap, ys, yc)
+    return mul(ss, s), mul(sc, c)
+
+
+# ----------------------------------------------------------------- ops
+def rmsnorm(x, w, eps):
+    """M-4, rows of x (n, d)."""
+    x = ftz(x)
+    n, d = x.shape
+    acc = np.zeros(n, dtype=np.float32)
+    for j in range(d):
+        acc = fma(x[:, j], x[:, j], acc)
+    mean = div(acc, F(d))
+    rstd = div(F(1), sqrt(add(mean, F(eps))))
+    return mul(ftz(w)[None, :], mul(x, rstd[:, None]))
+
+
+def rope_table(npos, head_dim, theta):
+    half = head_dim // 2
+    i = np.arange(half)
+    e = div((2 * i).astype(np.float32), F(head_dim))
+    inv = div(F(1), powf(np.full(half, F(theta)), e))
+    p = np.arange(npos).astype(np.float32)
+    ang = mul(p[:, None], inv[None, :])
+    s, c = sincos(ang)
+    return c, s
+
+
+def rope(x, cos, sin, positions):
+    """M-10: x (n, head_dim) rows at the given absolute positions."""
+    h = x.shape[1] // 2
+    c = cos[positions]
+    s = sin[positions]
+    lo, hi = x[:, :h], x[:, h:]
+    out = np.empty_like(x)
+    out[:, :h] = add(mul(lo, c), mul(-hi, s))
+    out[:, h:] = add(mul(hi, c), mul(lo, s))
+    return out
+
+
+def attn_scale(head_dim):
+    return div(F(1), sqrt(F(head_dim)))
+
+
+def proj(x, w, profile):
+    """A product with weights stored (out, in): fp32.v1 or int15i64.v1 (M-3, M-19..M-23)."""
+    if profile == "fp32_v1":
+        return O.gemm_fp32_v1_nt(a32(x), a32(w))
+    return O.gemm_int15_f32(a32(x), a32(w))
+
+
+def attention(q, k, v, pos0, profile, head_dim):
+    """One (batch, head): q (L, hd) rotated, k (T, hd) rotated keys, v (T, hd)."""
+    L = q.shape[0]
+    T = k.shape[0]
+    s = proj(q, k, profile)  # M-11 / M-21
+    s = mul(s, attn_scale(head_dim))
+    qpos = pos0 + np.arange(L)
+    mask = np.where(np.arange(T)[None, :] <= qpos[:, None], F(0), NEG_FLT_MAX).astype(np.float32)
+    s = add(s, mask)
+    out = np.empty((L, head_dim), dtype=np.float32)
+    for i in range(L):
+        row = s[i]
+        mx = QNAN if np.isnan(row).any() else F(np.max(row))
+        e = expf(add(row, -mx))
+        den = F(0)
+        for j in range(T):
+            den = add(den, e[j])
+        w = div(e, den)
+        acc = np.zeros(head_dim, dtype=np.float32)
+        for j in range(T):
+            acc = fma(np.full(head_dim, w[j], dtype=np.float32), v[j], acc)
+        out[i] = acc
+    return out
+
+
+def silu_mul(g, u):
+    sg = div(g, add(expf(-a32(g)), F(1)))
+    return mul(sg, u)
+
+
+def materialize(w, weight_format):
+    """M-26: bfloat16 / int8 storage materialized to float32."""
+    if weight_format == "float32":
+        return a32(w)
+    if weight_format == "bfloat16":
+        return O.from_bf16(O.to_bf16(a32(w)))
+    codes, exps = O.quantize_int8(a32(w))
+    return O.dequantize_int8(codes, exps)
+
+
+def forward(weights, cfg, ids, profile="fp32_v1", weight_format="float32"):
+    """Logits (batch, length, vocab) of a Llama-family model (qwen2 adds q/k/v bias)."""
+    ids = np.asarray(ids)
+    B, L = ids.shape
+    d = cfg["hidden_size"]
+    nh = cfg["num_attention_heads"]
+    kvh = cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or d // nh
+    eps = F(cfg["rms_norm_eps"])
+    cos, sin = rope_table(L, hd, F(cfg["rope_theta"]))
+    W = {k: a32(v) for k, v in weights.items()}
+    proj_names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    for k in list(W):
+        if k.split(".")[-2] in proj_names and k.endswith(".weight"):
+            W[k] = materialize(W[k], weight_format)
+    x = W["model.embed_tokens.weight"][ids.reshape(-1)].copy()  # M-2
+    pos = np.tile(np.arange(L), B)
+    for li in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{li}."
+        h = rmsnorm(x, W[p + "input_layernorm.weight"], eps)
+        q = proj(h, W[p + "self_attn.q_proj.weight"], profile)
+        k = proj(h, W[p + "self_attn.k_proj.weight"], profile)
+        v = proj(h, W[p + "self_attn.v_proj.weight"], profile)
+        if p + "self_attn.q_proj.bias" in W:
+            q = add(q, W[p + "self_attn.q_proj.bias"][None, :])
+            k = add(k, W[p + "self_attn.k_proj.bias"][None, :])
+            v = add(v, W[p + "self_attn.v_proj.bias"][None, :])
+        ctx = np.empty((B * L, nh * hd), dtype=np.float32)
+        for b in range(B):
+            rows = slice(b * L, (b + 1) * L)
+            for hh in range(nh):
+                g = hh // (nh // kvh)
+                qh = rope(q[rows, hh * hd:(hh + 1) * hd], cos, sin, pos[rows])
+                kh = rope(k[rows, g * hd:(g + 1) * hd], cos, sin, pos[rows])
+                vh = v[rows, g * hd:(g + 1) * hd]
+                ctx[rows, hh * hd:(hh + 1) * hd] = attention(qh, kh, vh, 0, profile, hd)
+        o = proj(ctx, W[p + "self_attn.o_proj.weight"], profile)
+        x = add(x, o)
+        h2 = rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
+        gg = proj(h2, W[p + "mlp.gate_proj.weight"], profile)
+        uu = proj(h2, W[p + "mlp.up_proj.weight"], profile)
+        dn = proj(silu_mul(gg, uu), W[p + "mlp.down_proj.weight"], profile)
+        x = add(x, dn)
+    h = rmsnorm(x, W["model.norm.weight"], eps)
+    head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
+    if cfg.get("tie_word_embeddings", False) and "lm_head.weight" not in weights:
+        head = W["model.embed_tokens.weight"]
+    logits = proj(h, head, profile)
+    return logits.reshape(B, L, -1)
