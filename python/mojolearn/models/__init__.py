@@ -1,1 +1,19 @@
-"""mojolearn.models: transformer models that compute under a numeric profile."""
+"""mojolearn.models: transformer models that compute under a numeric profile.
+
+    from mojolearn.models import CausalLM, Tokenizer
+    lm = CausalLM.load("SmolLM2-135M-Instruct.Q4_1.gguf", numeric_profile="fp32_v1")
+    tok = Tokenizer.load("SmolLM2-135M-Instruct.Q4_1.gguf")
+    print(lm.generate_text("The capital of France is", 8, tokenizer=tok))
+
+Every product runs the profile's GEMM; everything between the products (gather,
+RMSNorm, RoPE, attention scale, mask, softmax, P.V, SiLU, residuals) is a Mojo kernel
+whose arithmetic is contracts/ops/IDENTICAL_NN_CONTRACT.md. The logits do not depend
+on thread count, batch composition, prefill versus decode or CPU ISA.
+"""
+from .block import TransformerBlock, WEIGHT_FORMATS
+from .causal_lm import CausalLM, GenerationState
+from .config import ModelConfig, SUPPORTED
+from .tokenizer import Tokenizer
+
+__all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
+           "SUPPORTED", "WEIGHT_FORMATS"]

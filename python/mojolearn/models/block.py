@@ -1,0 +1,212 @@
+"""The transformer block (family ``transformer_block``) and the prepared weights
+both model classes use. Arithmetic: contracts/ops/IDENTICAL_NN_CONTRACT.md."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import profiles as _profiles
+from . import _kernels as K
+
+WEIGHT_FORMATS = ("float32", "bfloat16", "int8")
+MAX_POSITIONS = 8192  # rule M-7: RoPE angles >= 8192 are refused
+
+
+def check_weight_format(weight_format):
+    if not isinstance(weight_format, str):
+        raise TypeError(f"mojolearn: weight_format must be a str, got {type(weight_format).__name__}")
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(
+            f"mojolearn: weight_format={weight_format!r} is unknown; the formats are "
+            f"{', '.join(WEIGHT_FORMATS)}"
+        )
+    return weight_format
+
+
+def check_max_positions(max_positions, default):
+    if max_positions is None:
+        return min(default, MAX_POSITIONS)
+    if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions <= 0:
+        raise ValueError(f"mojolearn: max_positions must be a positive int, got {max_positions!r}")
+    if max_positions > MAX_POSITIONS:
+        raise ValueError(
+            f"mojolearn: max_positions={max_positions} is refused: the RoPE rule (M-7) "
+            f"computes angles below {MAX_POSITIONS} only; pass max_positions <= {MAX_POSITIONS}"
+        )
+    return max_positions
+
+
+def _f32_2d(w, name):
+    w = np.asarray(w)
+    if w.dtype != np.float32:
+        raise TypeError(f"mojolearn: weight {name!r} has dtype {w.dtype}; weights are float32 "
+                        f"(mojolearn never casts silently)")
+    return np.ascontiguousarray(w)
+
+
+class Proj:
+    """One weight matrix (out, in), possibly several stacked by rows, prepared once for
+    the profile: float32 or bf16 bits for fp32.v1, int15 codes for int15i64.v1. The
+    weight format is materialized first (rule M-26), so the codes under int8 storage
+    come from the int8-materialized float32 (rule M-22)."""
+
+    def __init__(self, w, profile: str, weight_format: str = "float32"):
+        self.n, self.k = w.shape
+        self.fixed15 = profile == "fixed15_v1"
+        self.bf16 = False
+        if weight_format == "bfloat16":
+            bits = K.to_bf16(w)
+            if not self.fixed15:
+                self.bf16, self.w = True, bits
+                return
+            w = K.from_bf16(bits)
+        elif weight_format == "int8":
+            w = K.int8_roundtrip(w)
+        if self.fixed15:
+            self.w = K.quantize15(w, self.n, self.k)
+        else:
+            self.w = w
+
+    def nbytes(self):
+        if isinstance(self.w, tuple):
+            return sum(x.nbytes for x in self.w)
+        return self.w.nbytes
+
+    def __call__(self, x, xq=None):
+        """x (rows, k) float32 -> (rows, n); xq: x's int15 codes when already made."""
+        rows = x.shape[0]
+        out = np.empty((rows, self.n), dtype=np.float32)
+        if self.fixed15:
+            if xq is None:
+                xq = K.quantize15(x, rows, self.k)
+            return K.gemm_int15(xq, self.w, out, rows, self.n, self.k)
+        return K.gemm_nt(x, rows, self.w, out, w_bf16=self.bf16)
+
+
+class Layer:
+    """The prepared weights of one block and its forward over a cache slice."""
+
+    def __init__(self, get, prefix, *, n_heads, n_kv_heads, head_dim, eps, profile,
+                 weight_format, qkv_bias):
+        self.nh, self.kvh, self.hd = n_heads, n_kv_heads, head_dim
+        self.eps_bits = K.f32_bits(eps)
+        self.fixed15 = profile == "fixed15_v1"
+        p = prefix
+        self.ln1 = np.ascontiguousarray(get(p + "input_layernorm.weight"))
+        self.ln2 = np.ascontiguousarray(get(p + "post_attention_layernorm.weight"))
+        qkv = np.concatenate([get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                              get(p + "self_attn.v_proj.weight")], axis=0)
+        self.qkv = Proj(qkv, profile, weight_format)
+        del qkv
+        self.bias = None
+        if qkv_bias:
+            self.bias = np.ascontiguousarray(np.concatenate([
+                get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"),
+                get(p + "self_attn.v_proj.bias")]))
+        self.o = Proj(np.ascontiguousarray(get(p + "self_attn.o_proj.weight")), profile, weight_format)
+        gu = np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=0)
+        self.gu = Proj(gu, profile, weight_format)
+        del gu
+        self.ff = self.gu.n // 2
+        self.down = Proj(np.ascontiguousarray(get(p + "mlp.down_proj.weight")), profile, weight_format)
+
+    def nbytes(self):
+        n = self.ln1.nbytes + self.ln2.nbytes + (self.bias.nbytes if self.bias is not None else 0)
+        return n + sum(p.nbytes() for p in (self.qkv, self.o, self.gu, self.down))
+
+    def forward(self, x, B, L, pos0, kt, vc, rope):
+        """x (B*L, d) float32, updated in place (the residual stream). kt/vc: this
+        layer's key (B, kvh, hd, tmax) and value (B, kvh, tmax, hd) caches."""
+        rows = B * L
+        nq, nk, hd = self.nh * self.hd, self.kvh * self.hd, self.hd
+        tmax = kt.shape[-1]
+        cos, sin = rope
+        h = K.rmsnorm(x, self.ln1, self.eps_bits, np.empty_like(x))
+        qkv = self.qkv(h)
+        if self.bias is not None:
+            K.add(qkv, self.bias, qkv)
+        ld = qkv.shape[1]
+        q = np.empty((rows, nq), dtype=np.float32)
+        K.rope(qkv, 0, ld, q, nq, hd, self.nh, hd, cos, sin, pos0, L, rows)
+        K.rope(qkv, nq, ld, kt, 0, 0, self.kvh, hd, cos, sin, pos0, L, rows,
+               transposed=True, tmax=tmax)
+        vc[:, :, pos0:pos0 + L, :] = qkv[:, nq + nk:].reshape(B, L, self.kvh, hd).transpose(0, 2, 1, 3)
+        ctx = K.attention(q, nq, kt, vc, np.empty((rows, nq), dtype=np.float32), B, L, self.nh,
+                          self.kvh, hd, pos0, tmax, self.fixed15)
+        K.add(x, self.o(ctx), x)
+        h2 = K.rmsnorm(x, self.ln2, self.eps_bits, h)
+        gu = self.gu(h2)
+        pm = K.silu_mul(gu, self.ff, np.empty((rows, self.ff), dtype=np.float32))
+        K.add(x, self.down(pm), x)
+        return x
+
+
+class TransformerBlock:
+    """One Llama-style block as a module of its own (family ``transformer_block``).
+
+    ``weights``: dict with ``input_layernorm.weight``, ``post_attention_layernorm.weight``,
+    ``self_attn.{q,k,v,o}_proj.weight``, ``mlp.{gate,up,down}_proj.weight`` (float32,
+    stored (out, in)), and ``self_attn.{q,k,v}_proj.bias`` when ``qkv_bias``.
+    A call naming no profile gets ``fp32_v1`` even when the process inference default
+    is ``fixed15_v1`` (that default reaches the ``transformer`` family only).
+    """
+
+    def __init__(self, weights, *, n_heads, n_kv_heads=None, head_dim=None, rms_norm_eps=1e-6,
+                 rope_theta=10000.0, max_positions=2048, qkv_bias=False, weight_format="float32",
+                 numeric_profile=None):
+        self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
+                                                 use="inference", family="transformer_block")
+        if not isinstance(weights, dict):
+            raise TypeError(f"mojolearn: TransformerBlock: weights must be a dict, got "
+                            f"{type(weights).__name__}")
+        check_weight_format(weight_format)
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        q = weights.get("self_attn.q_proj.weight")
+        if q is None:
+            raise ValueError("mojolearn: TransformerBlock: weights lack 'self_attn.q_proj.weight'")
+        d = np.asarray(q).shape[1]
+        head_dim = head_dim or d // n_heads
+        if head_dim % 2 or n_heads % n_kv_heads:
+            raise ValueError(f"mojolearn: TransformerBlock: head_dim {head_dim} must be even and "
+                             f"n_heads {n_heads} a multiple of n_kv_heads {n_kv_heads}")
+        self.d, self.n_heads, self.n_kv_heads, self.head_dim = d, n_heads, n_kv_heads, head_dim
+        self.max_positions = check_max_positions(max_positions, max_positions or 2048)
+        from .loader import check_weights  # noqa: F401  (shapes checked below)
+        nq, nk = n_heads * head_dim, n_kv_heads * head_dim
+
+        def get(name):
+            w = weights.get(name)
+            if w is None:
+                raise ValueError(f"mojolearn: TransformerBlock: weights lack {name!r}")
+            return _f32_2d(w, name)
+
+        want = {"self_attn.q_proj.weight": (nq, d), "self_attn.k_proj.weight": (nk, d),
+                "self_attn.v_proj.weight": (nk, d), "self_attn.o_proj.weight": (d, nq),
+                "input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,)}
+        for name, shape in want.items():
+            if tuple(get(name).shape) != shape:
+                raise ValueError(f"mojolearn: TransformerBlock: {name!r} has shape "
+                                 f"{tuple(get(name).shape)}, expected {shape}")
+        self._layer = Layer(get, "", n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+                            eps=rms_norm_eps, profile=self.numeric_profile,
+                            weight_format=weight_format, qkv_bias=qkv_bias)
+        self._rope = K.rope_table(self.max_positions, head_dim, K.f32_bits(rope_theta))
+
+    def __call__(self, x):
+        return self.forward(x)
+
+    def forward(self, x):
+        """x (batch, length, d) float32 -> (batch, length, d): the block at positions 0.."""
+        x = np.asarray(x)
+        if x.dtype != np.float32 or x.ndim != 3 or x.shape[2] != self.d:
+            raise ValueError(f"mojolearn: TransformerBlock: x must be float32 of shape "
+                             f"(batch, length, {self.d}), got {x.dtype} {x.shape}")
+        B, L, _ = x.shape
+        if L > self.max_positions:
+            raise ValueError(f"mojolearn: TransformerBlock: length {L} is past max_positions "
+                             f"{self.max_positions}")
+        xs = np.array(x.reshape(B * L, self.d), dtype=np.float32, order="C")
+        kt = np.zeros((B, self.n_kv_heads, self.head_dim, max(L, 1)), dtype=np.float32)
+        vc = np.zeros((B, self.n_kv_heads, max(L, 1), self.head_dim), dtype=np.float32)
+        if B and L:
+            self._layer.forward(xs, B, L, 0, kt, vc, self._rope)
+        return xs.reshape(B, L, self.d)

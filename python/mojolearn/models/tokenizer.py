@@ -1,0 +1,94 @@
+"""Tokenizers for the models: a Hugging Face ``tokenizer.json`` (the ``tokenizers``
+package) or the byte-level BPE tokenizer stored in a GGUF file."""
+from __future__ import annotations
+
+import os
+
+
+class Tokenizer:
+    def __init__(self, tk, *, bos_token_id=None, eos_token_id=None, add_bos=False, source=""):
+        self._tk = tk
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.add_bos = add_bos
+        self.source = source
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tk.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def load(cls, path):
+        """A directory or file holding tokenizer.json, or a .gguf file."""
+        try:
+            from tokenizers import Tokenizer as _T
+        except ImportError:
+            raise ImportError("mojolearn: Tokenizer needs the 'tokenizers' package") from None
+        p = os.fspath(path)
+        if os.path.isdir(p):
+            p = os.path.join(p, "tokenizer.json")
+        if p.endswith(".gguf"):
+            return cls._from_gguf(p)
+        if not os.path.isfile(p):
+            raise FileNotFoundError(f"mojolearn: no tokenizer at {p!r}; pass a tokenizer.json, "
+                                    f"a directory holding one, or a .gguf file")
+        try:
+            tk = _T.from_file(p)
+        except Exception as e:
+            raise ValueError(f"mojolearn: {p!r} is not a readable tokenizer.json ({e})") from None
+        return cls(tk, source=p)
+
+    @classmethod
+    def _from_gguf(cls, path):
+        import gguf
+        from tokenizers import Tokenizer as _T, decoders, models, pre_tokenizers
+
+        try:
+            r = gguf.GGUFReader(path)
+        except Exception as e:
+            raise ValueError(f"mojolearn: {path!r} is not a readable GGUF file ({e})") from None
+
+        def field(k, default=None):
+            f = r.fields.get(k)
+            return default if f is None else f.contents()
+
+        kind = field("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise NotImplementedError(f"mojolearn: GGUF tokenizer.ggml.model {kind!r} is not "
+                                      f"supported; byte-level BPE ('gpt2') is")
+        tokens = field("tokenizer.ggml.tokens")
+        merges = [tuple(m.split(" ", 1)) for m in field("tokenizer.ggml.merges", [])]
+        vocab = {t: i for i, t in enumerate(tokens)}
+        tk = _T(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+        pre = field("tokenizer.ggml.pre", "default")
+        steps = [pre_tokenizers.Digits(individual_digits=True)] if pre == "smollm" else []
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+        tk.pre_tokenizer = pre_tokenizers.Sequence(steps)
+        tk.decoder = decoders.ByteLevel()
+        types = field("tokenizer.ggml.token_type", [])
+        special = [t for t, ty in zip(tokens, types) if ty == 3]  # control tokens
+        if special:
+            from tokenizers import AddedToken
+            tk.add_special_tokens([AddedToken(t, special=True) for t in special])
+        return cls(tk, bos_token_id=field("tokenizer.ggml.bos_token_id"),
+                   eos_token_id=field("tokenizer.ggml.eos_token_id"),
+                   add_bos=bool(field("tokenizer.ggml.add_bos_token", False)), source=path)
+
+    def encode(self, text: str) -> list:
+        if not isinstance(text, str):
+            raise TypeError(f"mojolearn: Tokenizer.encode: text must be a str, got {type(text).__name__}")
+        ids = self._tk.encode(text, add_special_tokens=False).ids
+        if self.add_bos and self.bos_token_id is not None:
+            ids = [self.bos_token_id] + ids
+        return ids
+
+    def decode(self, ids) -> str:
+        return self._tk.decode(list(ids), skip_special_tokens=False)
+
+    def check_model(self, model):
+        """Refuse a tokenizer whose vocabulary does not match the model's."""
+        v = model.config.vocab_size
+        if self.vocab_size > v:
+            raise ValueError(f"mojolearn: the tokenizer {self.source!r} has {self.vocab_size} "
+                             f"tokens but the model's vocabulary has {v}: they do not belong "
+                             f"together")
