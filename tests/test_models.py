@@ -1,0 +1,239 @@
+"""mojolearn.models against the independent numpy oracle of the whole forward
+(tests/model_oracle.py, contracts/ops rules M-1..M-27), bit for bit, on tiny random
+checkpoints written here; and the identities the contract promises."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import model_oracle as MO
+from bits import assert_same_bits
+import mojolearn
+from mojolearn.models import CausalLM, TransformerBlock
+
+TINY = dict(model_type="llama", vocab_size=61, hidden_size=48, intermediate_size=80,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=64,
+            tie_word_embeddings=False, hidden_act="silu")
+
+
+def tiny_weights(cfg, seed=0, scale=0.2):
+    rng = np.random.default_rng(seed)
+    d, ff = cfg["hidden_size"], cfg["intermediate_size"]
+    hd = cfg.get("head_dim") or d // cfg["num_attention_heads"]
+    nq, nk = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    f = lambda *s: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
+    w = {"model.embed_tokens.weight": f(cfg["vocab_size"], d),
+         "model.norm.weight": (1 + f(d)).astype(np.float32)}
+    if not cfg.get("tie_word_embeddings"):
+        w["lm_head.weight"] = f(cfg["vocab_size"], d)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w.update({p + "input_layernorm.weight": (1 + f(d)).astype(np.float32),
+                  p + "post_attention_layernorm.weight": (1 + f(d)).astype(np.float32),
+                  p + "self_attn.q_proj.weight": f(nq, d), p + "self_attn.k_proj.weight": f(nk, d),
+                  p + "self_attn.v_proj.weight": f(nk, d), p + "self_attn.o_proj.weight": f(d, nq),
+                  p + "mlp.gate_proj.weight": f(ff, d), p + "mlp.up_proj.weight": f(ff, d),
+                  p + "mlp.down_proj.weight": f(d, ff)})
+        if cfg["model_type"] == "qwen2":
+            w.update({p + "self_attn.q_proj.bias": f(nq), p + "self_attn.k_proj.bias": f(nk),
+                      p + "self_attn.v_proj.bias": f(nk)})
+    return w
+
+
+def write_model(path, cfg, weights):
+    from safetensors.numpy import save_file
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    save_file(weights, os.path.join(path, "model.safetensors"))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    cfg = dict(TINY)
+    w = tiny_weights(cfg)
+    return write_model(tmp_path_factory.mktemp("tiny"), cfg, w), cfg, w
+
+
+def ids_for(cfg, B, L, seed=1):
+    return np.random.default_rng(seed).integers(0, cfg["vocab_size"], size=(B, L))
+
+
+@pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
+@pytest.mark.parametrize("fmt", ["float32", "bfloat16", "int8"])
+def test_logits_equal_oracle(tiny, profile, fmt):
+    """M-1..M-26: the whole forward, bit for bit, per profile and weight format."""
+    path, cfg, w = tiny
+    lm = CausalLM.load(path, numeric_profile=profile, weight_format=fmt)
+    ids = ids_for(cfg, 2, 7)
+    got = lm.forward(ids)
+    want = MO.forward(w, cfg, ids, profile, fmt)
+    assert_same_bits(got, want)
+
+
+@pytest.mark.parametrize("mt", ["qwen2", "llama_gqa_hd24"])
+def test_other_shapes_equal_oracle(tmp_path, mt):
+    """qwen2's q/k/v bias (M-27) and a head_dim of 24 (scale one ulp below torch's)."""
+    cfg = dict(TINY)
+    if mt == "qwen2":
+        cfg["model_type"] = "qwen2"
+    else:
+        cfg.update(hidden_size=72, num_attention_heads=3, num_key_value_heads=1,
+                   tie_word_embeddings=True)
+    w = tiny_weights(cfg, seed=3)
+    path = write_model(tmp_path / mt, cfg, w)
+    for profile in ("fp32_v1", "fixed15_v1"):
+        lm = CausalLM.load(path, numeric_profile=profile)
+        ids = ids_for(cfg, 1, 5, seed=4)
+        assert_same_bits(lm.forward(ids), MO.forward(w, cfg, ids, profile))
+
+
+def test_long_head_dim_two_leaves(tmp_path):
+    """Q.K^T with head_dim 160 > 128: two fp32.v1 leaves and the tree (M-11)."""
+    cfg = dict(TINY, hidden_size=320, num_attention_heads=2, num_key_value_heads=1,
+               head_dim=160, intermediate_size=64, num_hidden_layers=1)
+    w = tiny_weights(cfg, seed=5)
+    path = write_model(tmp_path / "hd160", cfg, w)
+    lm = CausalLM.load(path)
+    ids = ids_for(cfg, 1, 4, seed=6)
+    assert_same_bits(lm.forward(ids), MO.forward(w, cfg, ids, "fp32_v1"))
+
+
+@pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
+def test_identity_threads_batch_prefill_decode(tiny, profile):
+    """M-18/M-25: thread counts 1/2/3, a sequence alone vs in a batch of 3, prefill
+    vs prefill then steps vs chunked prefill: the same bits."""
+    path, cfg, _ = tiny
+    lm = CausalLM.load(path, numeric_profile=profile)
+    ids = ids_for(cfg, 3, 9, seed=7)
+    old = mojolearn.get_num_threads()
+    try:
+        ref = None
+        for t in (1, 2, 3):
+            mojolearn.set_num_threads(t)
+            got = lm.forward(ids)
+            if ref is None:
+                ref = got
+            assert_same_bits(got, ref)
+    finally:
+        mojolearn.set_num_threads(old)
+    # a row alone, in another order
+    assert_same_bits(lm.forward(ids[1:2]), ref[1:2])
+    assert_same_bits(lm.forward(ids[::-1]), ref[::-1])
+    # prefill n-1 then one step
+    st = lm.allocate_state(3, 9)
+    lm.forward(ids[:, :8], st)
+    assert_same_bits(lm.step(ids[:, 8:], st), ref[:, -1, :])
+    # chunked prefill 4 + 3 + 2 (positions continue)
+    st = lm.allocate_state(3, 9)
+    a = lm.forward(ids[:, :4], st)
+    b = lm.forward(ids[:, 4:7], st)
+    c = lm.forward(ids[:, 7:], st)
+    assert_same_bits(np.concatenate([a, b, c], axis=1), ref)
+
+
+def test_transformers_4_and_5_rope_spellings_agree(tmp_path, tiny):
+    _, cfg, w = tiny
+    c5 = dict(cfg)
+    theta = c5.pop("rope_theta")
+    c5["rope_parameters"] = {"rope_theta": theta, "rope_type": "default"}
+    c_other = dict(cfg, rope_theta=500000.0)
+    p4 = write_model(tmp_path / "v4", cfg, w)
+    p5 = write_model(tmp_path / "v5", c5, w)
+    po = write_model(tmp_path / "vo", c_other, w)
+    ids = ids_for(cfg, 1, 12)
+    l4 = CausalLM.load(p4).forward(ids)
+    assert_same_bits(CausalLM.load(p5).forward(ids), l4)
+    assert not np.array_equal(CausalLM.load(po).forward(ids), l4)  # theta matters
+
+
+def test_generation_greedy_and_state_roundtrip(tiny, tmp_path):
+    path, cfg, _ = tiny
+    lm = CausalLM.load(path)
+    ids = ids_for(cfg, 2, 5, seed=11)
+    out = lm.generate(ids, 6)
+    assert out.shape == (2, 11) and out.dtype == np.int64
+    assert np.array_equal(out[:, :5], ids)
+    # each generated token is the argmax of the full forward of its prefix
+    for t in range(5, 11):
+        lg = lm.forward(out[:, :t])
+        assert np.array_equal(out[:, t], np.argmax(lg[:, -1, :], axis=1))
+    # a saved state resumes to the same bits
+    st = lm.allocate_state(2, 11)
+    lm.forward(ids, st)
+    lm.save_state(tmp_path / "st.safetensors", st)
+    st2 = lm.resume(tmp_path / "st.safetensors")
+    nxt = out[:, 5:6]
+    assert_same_bits(lm.step(nxt, st2), lm.step(nxt, st))
+    # sampling is seeded
+    a = lm.generate(ids, 4, greedy=False, seed=3)
+    b = lm.generate(ids, 4, greedy=False, seed=3)
+    assert np.array_equal(a, b)
+
+
+def test_state_profile_rules(tiny, tmp_path):
+    path, cfg, _ = tiny
+    f32 = CausalLM.load(path, numeric_profile="fp32_v1")
+    f15 = CausalLM.load(path, numeric_profile="fixed15_v1")
+    st = f15.allocate_state(1, 4)
+    f15.forward(ids_for(cfg, 1, 2), st)
+    f15.save_state(tmp_path / "s15.safetensors", st)
+    with pytest.raises(ValueError, match="fixed15_v1"):
+        f32.resume(tmp_path / "s15.safetensors")
+    with pytest.raises(ValueError, match="another model or profile"):
+        f32.step(ids_for(cfg, 1, 1), st)
+    from mojolearn import checkpoint
+    assert checkpoint.load(tmp_path / "s15.safetensors").numeric_profile == "fixed15_v1"
+
+
+def test_block_defaults_to_fp32_even_under_fixed15_default(tiny):
+    _, cfg, w = tiny
+    bw = {k[len("model.layers.0."):]: v for k, v in w.items() if k.startswith("model.layers.0.")}
+    old = mojolearn.set_numeric_profile("fixed15_v1")
+    try:
+        blk = TransformerBlock(bw, n_heads=4, n_kv_heads=2, rms_norm_eps=1e-5, max_positions=16)
+        assert blk.numeric_profile == "fp32_v1"
+        lm_default = CausalLM.load(tiny[0])
+        assert lm_default.numeric_profile == "fixed15_v1"
+    finally:
+        mojolearn.set_numeric_profile(old)
+    x = np.random.default_rng(2).standard_normal((2, 5, 48)).astype(np.float32)
+    got = blk(x)
+    # the oracle's one layer: embed -> layer 0 only, read at the residual stream
+    cfg1 = dict(cfg, num_hidden_layers=1)
+    want = _oracle_block(bw, cfg1, x)
+    assert_same_bits(got, want)
+    with pytest.raises(ValueError, match="int8_v1"):
+        TransformerBlock(bw, n_heads=4, n_kv_heads=2, numeric_profile="int8_v1")
+
+
+def _oracle_block(bw, cfg, x):
+    d = cfg["hidden_size"]
+    B, L, _ = x.shape
+    hd = d // cfg["num_attention_heads"]
+    nh, kvh = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    xs = x.reshape(B * L, d)
+    cos, sin = MO.rope_table(16, hd, np.float32(cfg["rope_theta"]))
+    h = MO.rmsnorm(xs, bw["input_layernorm.weight"], np.float32(1e-5))
+    q = MO.proj(h, bw["self_attn.q_proj.weight"], "fp32_v1")
+    k = MO.proj(h, bw["self_attn.k_proj.weight"], "fp32_v1")
+    v = MO.proj(h, bw["self_attn.v_proj.weight"], "fp32_v1")
+    ctx = np.empty((B * L, nh * hd), dtype=np.float32)
+    pos = np.tile(np.arange(L), B)
+    for b in range(B):
+        r = slice(b * L, (b + 1) * L)
+        for hh in range(nh):
+            g = hh // (nh // kvh)
+            qh = MO.rope(q[r, hh * hd:(hh + 1) * hd], cos, sin, pos[r])
+            kh = MO.rope(k[r, g * hd:(g + 1) * hd], cos, sin, pos[r])
+            ctx[r, hh * hd:(hh + 1) * hd] = MO.attention(qh, kh, v[r, g * hd:(g + 1) * hd], 0,
+                                                         "fp32_v1", hd)
+    xs = MO.add(xs, MO.proj(ctx, bw["self_attn.o_proj.weight"], "fp32_v1"))
+    h2 = MO.rmsnorm(xs, bw["post_attention_layernorm.weight"], np.float32(1e-5))
+    g_ = MO.proj(h2, bw["mlp.gate_proj.weight"], "fp32_v1")
+    u_ = MO.proj(h2, bw["mlp.up_proj.weight"], "fp32_v1")
+    xs = MO.add(xs, MO.proj(MO.silu_mul(g_, u_), bw["mlp.down_proj.weight"], "fp32_v1"))
+    return xs.reshape(B, L, d)
