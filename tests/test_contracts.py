@@ -7,6 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FP32 = ROOT / "contracts" / "gemm" / "IDENTICAL_FP32_CONTRACT.md"
 LOWBIT = ROOT / "contracts" / "gemm" / "IDENTICAL_LOWBIT_CONTRACT.md"
+OPS = ROOT / "contracts" / "ops" / "IDENTICAL_NN_CONTRACT.md"
+OPS_TESTS = ["test_models.py", "test_nn_elementary.py"]
 KERNEL_TESTS = ["test_convert.py", "test_gemm_fp32.py", "test_gemm_bf16.py",
                 "test_gemm_int.py", "test_identity.py", "test_errors.py"]
 
@@ -46,8 +48,22 @@ def test_every_kernel_test_names_its_rule():
     assert not bad, f"tests without a rule id in their docstring: {bad}"
 
 
+def test_every_ops_rule_has_a_test():
+    """Contracts: every M-n rule of the ops contract is named by a test, and every test
+    of the ops test files names an M-n rule."""
+    ids = re.findall(r"^## (M-\d+)\b", OPS.read_text(), re.M)
+    assert [f"M-{i}" for i in range(1, 28)] == ids
+    docs = _docstrings()
+    alltext = " ".join(docs.values())
+    missing = [r for r in ids if not re.search(rf"{r}(?!\d)", alltext)]
+    assert not missing, f"ops rules with no test naming them: {missing}"
+    bad = [f"{f}::{n}" for (f, n), d in docs.items() if f in OPS_TESTS
+           and not re.search(r"M-\d+", d)]
+    assert not bad, f"ops tests without a rule id in their docstring: {bad}"
+
+
 def test_contract_test_files_exist():
     """Contracts: every test file a rule cites exists."""
-    for p in (FP32, LOWBIT):
+    for p in (FP32, LOWBIT, OPS):
         for name in set(re.findall(r"tests/(test_\w+\.py)", p.read_text())):
             assert (ROOT / "tests" / name).exists(), name

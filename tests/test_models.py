@@ -65,7 +65,8 @@ def ids_for(cfg, B, L, seed=1):
 @pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
 @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "int8"])
 def test_logits_equal_oracle(tiny, profile, fmt):
-    """M-1..M-26: the whole forward, bit for bit, per profile and weight format."""
+    """M-1 M-2 M-3 M-4 M-7 M-10 M-11 M-12 M-13 M-15 M-16 M-17 M-19 M-20 M-21 M-22 M-23 M-24
+    M-26: the whole forward against the oracle, bit for bit, per profile and weight format."""
     path, cfg, w = tiny
     lm = CausalLM.load(path, numeric_profile=profile, weight_format=fmt)
     ids = ids_for(cfg, 2, 7)
@@ -76,7 +77,7 @@ def test_logits_equal_oracle(tiny, profile, fmt):
 
 @pytest.mark.parametrize("mt", ["qwen2", "llama_gqa_hd24"])
 def test_other_shapes_equal_oracle(tmp_path, mt):
-    """qwen2's q/k/v bias (M-27) and a head_dim of 24 (scale one ulp below torch's)."""
+    """M-27 qwen2's q/k/v bias, and M-6 with head_dim 24 (scale one ulp below torch's)."""
     cfg = dict(TINY)
     if mt == "qwen2":
         cfg["model_type"] = "qwen2"
@@ -92,7 +93,7 @@ def test_other_shapes_equal_oracle(tmp_path, mt):
 
 
 def test_long_head_dim_two_leaves(tmp_path):
-    """Q.K^T with head_dim 160 > 128: two fp32.v1 leaves and the tree (M-11)."""
+    """M-11: Q.K^T with head_dim 160 > 128: two fp32.v1 leaves and the tree (M-11)."""
     cfg = dict(TINY, hidden_size=320, num_attention_heads=2, num_key_value_heads=1,
                head_dim=160, intermediate_size=64, num_hidden_layers=1)
     w = tiny_weights(cfg, seed=5)
@@ -104,7 +105,7 @@ def test_long_head_dim_two_leaves(tmp_path):
 
 @pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
 def test_identity_threads_batch_prefill_decode(tiny, profile):
-    """M-18/M-25: thread counts 1/2/3, a sequence alone vs in a batch of 3, prefill
+    """M-18 M-25: thread counts 1/2/3, a sequence alone vs in a batch of 3, prefill
     vs prefill then steps vs chunked prefill: the same bits."""
     path, cfg, _ = tiny
     lm = CausalLM.load(path, numeric_profile=profile)
@@ -136,6 +137,7 @@ def test_identity_threads_batch_prefill_decode(tiny, profile):
 
 
 def test_transformers_4_and_5_rope_spellings_agree(tmp_path, tiny):
+    """M-7: theta read from rope_theta (transformers 4) or rope_parameters (5) alike."""
     _, cfg, w = tiny
     c5 = dict(cfg)
     theta = c5.pop("rope_theta")
@@ -151,6 +153,7 @@ def test_transformers_4_and_5_rope_spellings_agree(tmp_path, tiny):
 
 
 def test_generation_greedy_and_state_roundtrip(tiny, tmp_path):
+    """M-18: generation continues the cache; a saved state resumes to the same bits."""
     path, cfg, _ = tiny
     lm = CausalLM.load(path)
     ids = ids_for(cfg, 2, 5, seed=11)
@@ -175,6 +178,7 @@ def test_generation_greedy_and_state_roundtrip(tiny, tmp_path):
 
 
 def test_state_profile_rules(tiny, tmp_path):
+    """M-18 M-19: a state carries its profile; another profile's reader refuses it."""
     path, cfg, _ = tiny
     f32 = CausalLM.load(path, numeric_profile="fp32_v1")
     f15 = CausalLM.load(path, numeric_profile="fixed15_v1")
@@ -190,6 +194,8 @@ def test_state_profile_rules(tiny, tmp_path):
 
 
 def test_block_defaults_to_fp32_even_under_fixed15_default(tiny):
+    """M-1 M-3: a bare block (family transformer_block) gets fp32_v1 by default, and its
+    output equals the oracle's one layer."""
     _, cfg, w = tiny
     bw = {k[len("model.layers.0."):]: v for k, v in w.items() if k.startswith("model.layers.0.")}
     old = mojolearn.set_numeric_profile("fixed15_v1")

@@ -54,11 +54,13 @@ def _exp_inputs():
 
 
 def test_expf_rule_m14():
+    """M-14: expf on edges (overflow/underflow bounds, NaN, inf, subnormals) and sweeps."""
     x = _exp_inputs()
     _check("expf", x, MO.expf(x))
 
 
 def test_logf_rule_m8():
+    """M-8: logf across every normal exponent and at the sqrt(1/2) split."""
     rng = np.random.default_rng(8)
     b = rng.integers(0x00800000, 0x7F800000, size=200_000, dtype=np.uint32)
     x = np.concatenate([b.view(np.float32), np.array(
@@ -69,6 +71,7 @@ def test_logf_rule_m8():
 
 @pytest.mark.parametrize("op", ["sin", "cos"])
 def test_sincos_rule_m9(op):
+    """M-9: sin and cos over the RoPE angle range [0, 8192) and negatives."""
     rng = np.random.default_rng(9)
     x = np.concatenate([
         np.linspace(0, 8192, 300_001, dtype=np.float32),
@@ -90,4 +93,5 @@ def test_attention_scale_rule_m6(hd, bits):
 
 @pytest.mark.parametrize("hd", [8, 16, 32, 64, 80, 128, 256])
 def test_attention_scale_matches_oracle(hd):
+    """M-6: the scale for usual head sizes."""
     assert K.attn_scale_bits(hd) == int(_bits(MO.attn_scale(hd)))
