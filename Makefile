@@ -5,8 +5,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 PYTEST_ARGS ?=
+# SmolLM2-135M (GGUF) for the slow model tests, the bench and the quality gate; kept outside git
+MODEL_CACHE ?= $(HOME)/.cache/mojolearn
+SMOLLM2 := $(MODEL_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
+export MOJOLEARN_MODEL_CACHE := $(MODEL_CACHE)
 
-.PHONY: all build test test-fast bench conformance wheel clean gpu-compile gpu-check device-check
+.PHONY: all build model quality test test-fast bench conformance wheel clean gpu-compile gpu-check device-check
 
 all: build
 
@@ -23,13 +27,18 @@ $(BENCH_STAMP): requirements-bench.txt $(STAMP)
 build: $(STAMP)
 	$(PY) build_native.py
 
-test: build
+$(SMOLLM2): | $(STAMP)
+	$(PY) bench/fetch_model.py $(MODEL_CACHE)
+
+model: $(SMOLLM2)
+
+test: build $(SMOLLM2)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-fast: build
 	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
 
-bench: build $(BENCH_STAMP)
+bench: build $(BENCH_STAMP) $(SMOLLM2)
 	PYTHONPATH=python $(PY) bench/run.py
 
 conformance: build
