@@ -1,0 +1,118 @@
+"""The whole-model rows of `make bench`: SmolLM2-135M's CausalLM.forward (prefill of 512
+tokens, batch 1) and greedy decode per token under fp32_v1 and fixed15_v1, side by side
+with transformers/torch fp32 on the same weights and thread count, and the peak memory
+of a loaded model per (profile, weight format)."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+_MEM_CHILD = r"""
+import json, resource, sys
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+from mojolearn.models import CausalLM
+path, prof, fmt = sys.argv[1:4]
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+lm = CausalLM.load(path, numeric_profile=prof, weight_format=fmt)
+lm.forward(np.arange(64)[None, :] % 1000)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"peak_kib": peak - base, "held_bytes": lm.nbytes()}))
+"""
+
+
+def memory_rows(model_dir, f32_bytes):
+    rows = []
+    for prof, fmt in (("fp32_v1", "float32"), ("fp32_v1", "bfloat16"), ("fp32_v1", "int8"),
+                      ("fixed15_v1", "float32")):
+        r = subprocess.run([sys.executable, "-c", _MEM_CHILD, model_dir, prof, fmt,
+                            os.path.join(ROOT, "python")], capture_output=True, text=True)
+        if r.returncode:
+            print(f"    memory {prof}/{fmt}: failed: {r.stderr[-300:]}")
+            continue
+        m = json.loads(r.stdout.strip().splitlines()[-1])
+        ratio = m["peak_kib"] * 1024 / f32_bytes
+        rows.append({"profile": prof, "weight_format": fmt, "peak_rss_delta_bytes": m["peak_kib"] * 1024,
+                     "held_bytes": m["held_bytes"], "over_f32_weight_bytes": round(ratio, 3)})
+        print(f"    memory {prof:10s} {fmt:8s}: peak {m['peak_kib'] / 1024:7.1f} MiB "
+              f"({ratio:.2f}x the float32 weight bytes), held {m['held_bytes'] / 2**20:.1f} MiB")
+    return rows
+
+
+def run_models(B, threads, quick, torch):
+    """Adds the model cases to the bench B; returns the fixed15_v1 whole-model row data."""
+    from fetch_model import fetch
+    from hf_export import export_hf
+    from mojolearn.models import CausalLM
+
+    gguf_path = fetch()
+    model_dir = export_hf(gguf_path, os.path.join(os.path.dirname(gguf_path), "smollm2-135m-hf"))
+    f32 = CausalLM.load(model_dir, numeric_profile="fp32_v1")
+    f15 = CausalLM.load(model_dir, numeric_profile="fixed15_v1")
+    f32_bytes = sum(np.dtype(np.float32).itemsize * int(np.prod(s)) for s in _shapes(f32))
+    n = 64 if quick else 512
+    ids = (np.arange(n, dtype=np.int64)[None, :] * 7919) % f32.config.vocab_size
+    cont = {"mojolearn": lambda: f32.forward(ids), "fixed15_v1": lambda: f15.forward(ids)}
+    hf = None
+    if torch is not None:
+        import transformers
+
+        hf = transformers.LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+        tids = torch.from_numpy(ids)
+
+        def torch_fwd():
+            with torch.no_grad():
+                return hf(tids).logits
+
+        cont["torch"] = torch_fwd
+    print(f"SmolLM2-135M CausalLM.forward, prefill {n} tokens, batch 1 ({threads} threads)")
+    row = B.case(f"causallm;smollm2-135m;prefill;{n}", "CausalLM.forward", "fp32_v1 / fixed15_v1",
+                 (1, n), cont, peer="torch" if hf is not None else None, settle=("torch",))
+    over = None
+    if row:
+        pairs = [a / b for a, b in zip(row["reps_ms"]["fixed15_v1"], row["reps_ms"]["mojolearn"])]
+        over = {"lo": min(pairs), "hi": max(pairs), "median": statistics.median(pairs)}
+        row["fixed15_over_fp32"] = over
+    # decode: greedy tokens per second from a 32-token prompt
+    new = 8 if quick else 32
+    p = ids[:, :32]
+    dcont = {"mojolearn": lambda: f32.generate(p, new), "fixed15_v1": lambda: f15.generate(p, new)}
+    if hf is not None:
+        tp = torch.from_numpy(p)
+
+        def torch_gen():
+            with torch.no_grad():
+                return hf.generate(tp, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+
+        dcont["torch"] = torch_gen
+    print(f"SmolLM2-135M greedy decode, {new} tokens after a 32-token prompt")
+    drow = B.case(f"causallm;smollm2-135m;decode;{new}", "CausalLM.generate", "fp32_v1 / fixed15_v1",
+                  (1, new), dcont, peer="torch" if hf is not None else None, settle=("torch",))
+    if drow:
+        drow["tokens_per_s"] = {k: new / (v / 1e3) for k, v in drow["median_ms"].items()}
+    del hf
+    if not quick:
+        print("peak memory of a loaded model (a subprocess each)")
+        mem = memory_rows(model_dir, f32_bytes)
+        if row is not None:
+            row["memory"] = mem
+    return over
+
+
+def _shapes(lm):
+    c = lm.config
+    d, hd, ff = c.hidden_size, c.head_dim, c.intermediate_size
+    nq, nk = c.num_attention_heads * hd, c.num_key_value_heads * hd
+    per = [(nq + 2 * nk, d), (d, nq), (2 * ff, d), (d, ff), (d,), (d,)]
+    out = [(c.vocab_size, d), (d,)] + per * c.num_hidden_layers
+    if not c.tie_word_embeddings:
+        out.append((c.vocab_size, d))
+    return out
