@@ -33,6 +33,8 @@ def test_conformance_sabotage_fails_and_names_lanes():
     names = [ln for ln in r.stdout.splitlines() if ln.startswith("MISMATCH lane=")]
     lanes = {ln.split()[1] for ln in names}
     assert "lane=fp32.v1/NN" in lanes and "lane=int8i32.v1" in lanes and "lane=int15i64.v1" in lanes
+    # the model lanes (M-18: logits of the tiny fixture model under both profiles) fail too
+    assert "lane=model/fp32_v1/float32" in lanes and "lane=model/fixed15_v1/float32" in lanes
     assert all("fixture=" in ln for ln in names)
     # the identity checks inside the run (6.5: row alone vs batch) see the sabotage too
     assert any(ln.split()[1].startswith("lane=identity/") for ln in names)

@@ -56,6 +56,12 @@ def expected():
             q15 = oracle.quantize_int15(a)
             h[f"convert/quantize_int15:{fx}"] = oracle.part_hash(*q15)
             h[f"convert/dequantize_int15:{fx}"] = oracle.part_hash(oracle.dequantize_int15(*q15))
+    import model_oracle
+    w = {k: np.array(np.asarray(v), copy=True) for k, v in C.model_weights().items()}
+    ids = np.array(C.MODEL_IDS)
+    for prof, fmt in C.MODEL_LANES:
+        h[f"model/{prof}/{fmt}:tiny"] = oracle.part_hash(
+            model_oracle.forward(w, C.MODEL_CONFIG, ids, prof, fmt))
     return h
 
 

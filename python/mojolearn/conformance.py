@@ -19,6 +19,9 @@ EXIT STATUS
     0 every lane matches; 1 a mismatch (each one named: lane and fixture);
     2 an error (missing golden file, a lane that raised, ...).
 
+MODEL LANES: the logits of a tiny fixture model (contracts/ops, M-1..M-27) under
+fp32_v1 and fixed15_v1 and two weight formats, golden from tests/model_oracle.py.
+
 IDENTITY (rule 6.5) is checked in the same run: chosen lanes again under 1, 2, 3
 and 7 threads, and a row computed alone against the same row of the batch.
 
@@ -91,6 +94,8 @@ def _rand_bits(rng: random.Random, count: int, kind: str):
                 exp = rng.randint(1, 4)  # just above 2**-126
             else:
                 exp = 127 + rng.randint(-2, 1)
+        elif kind == "model":  # weights of the tiny model fixture: |w| in [2**-8, 2**-2)
+            exp = 127 + rng.randint(-8, -3)
         elif kind == "integer_ties":
             v = rng.randint(-16, 16) / 2.0  # halves: ties for the quantizers
             out.append(struct.unpack("<I", struct.pack("<f", v))[0])
@@ -189,7 +194,95 @@ def lanes():
             out.append(("convert/quantize_int15", fx, lambda a=a: linalg.quantize_int15(a())))
             out.append(("convert/dequantize_int15", fx, lambda a=a: (
                 linalg.dequantize_int15(*linalg.quantize_int15(a())),)))
+    return out + model_lanes()
+
+
+# ------------------------------------------------------------------ the model lanes
+MODEL_CONFIG = dict(model_type="llama", vocab_size=53, hidden_size=64, intermediate_size=96,
+                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=32,
+                    tie_word_embeddings=False, hidden_act="silu")
+MODEL_LANES = (("fp32_v1", "float32"), ("fixed15_v1", "float32"), ("fp32_v1", "bfloat16"),
+               ("fixed15_v1", "int8"))
+MODEL_IDS = ((3, 17, 52, 0, 9), (41, 41, 7, 30, 12))  # batch 2, length 5
+
+
+def model_weights():
+    """The tiny model fixture's weights (name -> float32 Array), from integers only;
+    norm weights are 1 + a small value (bits of [1, 2))."""
+    c = MODEL_CONFIG
+    d, ff, hd = c["hidden_size"], c["intermediate_size"], c["hidden_size"] // c["num_attention_heads"]
+    nq, nk = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    shapes = {"model.embed_tokens.weight": (c["vocab_size"], d), "model.norm.weight": (1, d),
+              "lm_head.weight": (c["vocab_size"], d)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (1, d), p + "post_attention_layernorm.weight": (1, d),
+                       p + "self_attn.q_proj.weight": (nq, d), p + "self_attn.k_proj.weight": (nk, d),
+                       p + "self_attn.v_proj.weight": (nk, d), p + "self_attn.o_proj.weight": (d, nq),
+                       p + "mlp.gate_proj.weight": (ff, d), p + "mlp.up_proj.weight": (ff, d),
+                       p + "mlp.down_proj.weight": (d, ff)})
+    out = {}
+    for i, (name, (r, k)) in enumerate(sorted(shapes.items())):
+        w = matrix(100 + i, "model", r, k)
+        if name.endswith("norm.weight"):
+            u = memoryview(w).cast("B").cast("I")
+            for j in range(k):  # 1 + m: exponent field of 1.0, the fixture's mantissa
+                u[j] = (u[j] & 0x007FFFFF) | 0x3F800000
+            w = w.reshape(k)
+        out[name] = w
     return out
+
+
+def model_logits(profile, fmt, ids=MODEL_IDS):
+    import numpy as np
+    from .models import CausalLM
+    from .models.config import ModelConfig
+
+    w = {k: np.array(np.asarray(v), copy=True) for k, v in model_weights().items()}
+    lm = CausalLM(ModelConfig.from_dict(MODEL_CONFIG), w, numeric_profile=profile,
+                  weight_format=fmt, source="conformance model fixture")
+    return lm, lm.forward(np.array(ids, dtype=np.int64))
+
+
+def model_lanes():
+    try:
+        import numpy  # noqa: F401  (mojolearn.models holds its weights in numpy arrays)
+    except ImportError:
+        return []
+    return [(f"model/{p}/{f}", "tiny", lambda p=p, f=f: (model_logits(p, f)[1],)) for p, f in MODEL_LANES]
+
+
+def model_identity_checks(results):
+    """The model lanes again: threads 1/2/3/7, a sequence alone vs the batch, prefill of
+    n-1 then one step. Returns mismatches as (key, expected, got)."""
+    import numpy as np
+    from . import _threads
+
+    bad = []
+    prev = _threads.get_num_threads()
+    try:
+        for nt in IDENTITY_THREADS:
+            _threads.set_num_threads(nt)
+            for p, f in MODEL_LANES[:2]:
+                key = f"model/{p}/{f}:tiny"
+                h = part_hash(model_logits(p, f)[1])
+                if h != results.get(key):
+                    bad.append((f"identity/threads={nt}/{key}", results.get(key), h))
+    finally:
+        _threads.set_num_threads(prev)
+    for p, f in MODEL_LANES[:2]:
+        lm, full = model_logits(p, f)
+        ids = np.array(MODEL_IDS, dtype=np.int64)
+        alone = lm.forward(ids[1:2])
+        if part_hash(alone) != part_hash(np.ascontiguousarray(full[1:2])):
+            bad.append((f"identity/sequence-alone/model/{p}", part_hash(full[1:2]), part_hash(alone)))
+        st = lm.allocate_state(2, ids.shape[1])
+        lm.forward(ids[:, :-1], st)
+        last = lm.step(ids[:, -1:], st)
+        if part_hash(last) != part_hash(np.ascontiguousarray(full[:, -1, :])):
+            bad.append((f"identity/prefill-then-step/model/{p}", part_hash(full[:, -1, :]), part_hash(last)))
+    return bad
 
 
 def _bits16(x: _array.Array) -> _array.Array:
@@ -303,8 +396,12 @@ def identity_checks(results: dict, quiet=False, stream=sys.stdout):
         full15 = linalg.matmul_int15(a15, b15)
         if part_hash(linalg.matmul_int15(_row(a15, r), b15)) != part_hash(_row(full15, r)):
             bad.append((f"identity/row-alone/int15i64.v1:{fx}", part_hash(_row(full15, r)), "differs"))
+    n_model = 0
+    if model_lanes():
+        bad += model_identity_checks(results)
+        n_model = 2 * len(IDENTITY_THREADS) + 4
     if not quiet:
-        n_checks = len(IDENTITY_THREADS) * len(IDENTITY_LANES) * len(IDENTITY_FIXTURES) + 2 * len(IDENTITY_FIXTURES)
+        n_checks = len(IDENTITY_THREADS) * len(IDENTITY_LANES) * len(IDENTITY_FIXTURES) + 2 * len(IDENTITY_FIXTURES) + n_model
         print(f"identity: {n_checks} checks (threads {IDENTITY_THREADS}, row alone vs batch), "
               f"{len(bad)} differ", file=stream, flush=True)
     return bad
