@@ -123,3 +123,20 @@ def test_tokenizer_of_another_vocabulary(model):
     tk = T(models.WordLevel({f"w{i}": i for i in range(100)}, unk_token="w0"))
     with pytest.raises(ValueError, match="do not belong together"):
         model[1].generate_text("w1 w2", 2, tokenizer=Tokenizer(tk, source="x"))
+
+
+def test_profile_compat_names():
+    """M-19: profiles.canonical, default_profile, set_default_profile and check_saved's
+    default label, as the published profile module has them."""
+    from mojolearn import profiles as P
+
+    assert P.canonical(" fixed15_v1 ") == "fixed15_v1"
+    with pytest.raises(ValueError, match="fixed15"):
+        P.canonical("fixed15")
+    old = P.set_default_profile("fixed15_v1")
+    try:
+        assert P.default_profile() == "fixed15_v1"
+    finally:
+        P.set_default_profile(old)
+    with pytest.raises(ValueError, match="state was written"):
+        P.check_saved({"numeric_profile": "fixed15_v1"}, "fp32_v1")

@@ -60,6 +60,9 @@ from pathlib import Path
 from . import _device
 
 __all__ = [
+    "canonical",
+    "default_profile",
+    "set_default_profile",
     "BASELINE",
     "DEFAULT",
     "TRAINING_DEFAULT",
@@ -613,7 +616,7 @@ def adopt_saved(state, name=None, what="state", use="inference") -> str:
     return resolve(saved, what="numeric_profile", use=use)
 
 
-def check_saved(state, profile, what) -> str:
+def check_saved(state, profile, what="state") -> str:
     """Refuse to load ``state`` into an object computing in ``profile`` unless
     the state was written under that same profile (rule 8)."""
     have = _check_name(profile, "profile")
@@ -626,6 +629,23 @@ def check_saved(state, profile, what) -> str:
             f"numeric_profile={saved!r}."
         )
     return saved
+
+
+def canonical(name, what="numeric_profile") -> str:
+    """The registered name ``name`` stands for (whitespace stripped), or a refusal by
+    name (rule 1: no aliases)."""
+    return _check_name(name, what)
+
+
+def default_profile(use="inference") -> str:
+    """The process default for ``use`` (the same as ``numeric_profile``)."""
+    return numeric_profile(use)
+
+
+def set_default_profile(name, use="inference") -> str:
+    """Set the process default for ``use``; returns the previous one (the same as
+    ``set_numeric_profile``)."""
+    return set_numeric_profile(name, use)
 
 
 _load_measured(_results_dirs())
