@@ -243,3 +243,53 @@ def _oracle_block(bw, cfg, x):
     u_ = MO.proj(h2, bw["mlp.up_proj.weight"], "fp32_v1")
     xs = MO.add(xs, MO.proj(MO.silu_mul(g_, u_), bw["mlp.down_proj.weight"], "fp32_v1"))
     return xs.reshape(B, L, d)
+
+
+def _llamacpp_permute(w, n_head):
+    # the row order llama.cpp's converter writes for q and k (pairs interleaved)
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def test_gguf_loader_equals_hf_directory(tmp_path, tiny):
+    """M-1 M-10: a GGUF file written the way llama.cpp's converter writes one (q/k rows
+    interleaved per head, F32 tensors) loads to the same logits as the HF directory it
+    came from: the loader puts q/k rows back in RoPE halves."""
+    gguf = pytest.importorskip("gguf")
+    path, cfg, w = tiny
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    out = tmp_path / "tiny.gguf"
+    wr = gguf.GGUFWriter(str(out), "llama")
+    wr.add_block_count(cfg["num_hidden_layers"])
+    wr.add_context_length(cfg["max_position_embeddings"])
+    wr.add_embedding_length(cfg["hidden_size"])
+    wr.add_feed_forward_length(cfg["intermediate_size"])
+    wr.add_head_count(cfg["num_attention_heads"])
+    wr.add_head_count_kv(cfg["num_key_value_heads"])
+    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    wr.add_rope_freq_base(cfg["rope_theta"])
+    wr.add_vocab_size(cfg["vocab_size"])
+    for name, t in w.items():
+        if name == "model.embed_tokens.weight":
+            g = "token_embd.weight"
+        elif name == "model.norm.weight":
+            g = "output_norm.weight"
+        elif name == "lm_head.weight":
+            g = "output.weight"
+        else:
+            parts = name.split(".")
+            key = ".".join(parts[3:-1])
+            g = f"blk.{parts[2]}.{names[key]}.weight"
+            if key == "self_attn.q_proj":
+                t = _llamacpp_permute(t, cfg["num_attention_heads"])
+            elif key == "self_attn.k_proj":
+                t = _llamacpp_permute(t, cfg["num_key_value_heads"])
+        wr.add_tensor(g, np.ascontiguousarray(t))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    ids = ids_for(cfg, 1, 9, seed=21)
+    assert_same_bits(CausalLM.load(out).forward(ids), CausalLM.load(path).forward(ids))

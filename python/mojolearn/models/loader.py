@@ -116,10 +116,11 @@ def _gguf_value(reader, key, default=None):
 
 
 def _unpermute(w, n_head):
-    """GGUF stores q/k rows interleaved for its RoPE; put them back in halves."""
+    """GGUF stores each head's q/k rows interleaved (pair i at rows 2i, 2i+1) for its
+    RoPE; put them back in halves (pair i at rows i and i + head_dim/2)."""
     rows = w.shape[0]
     return np.ascontiguousarray(
-        w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+        w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
     )
 
 
