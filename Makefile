@@ -32,6 +32,11 @@ $(SMOLLM2): | $(STAMP)
 
 model: $(SMOLLM2)
 
+# the quality gate on SmolLM2-135M: fixed15_v1 vs fp32_v1 perplexity, prose and code
+quality: build $(SMOLLM2)
+	PYTHONPATH=python $(PY) -m mojolearn quality $(SMOLLM2) --profile fixed15_v1 \
+	  --builtin prose --builtin code --model-name SmolLM2-135M
+
 test: build $(SMOLLM2)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 

@@ -6,13 +6,18 @@ def _main() -> int:
     args = sys.argv[1:]
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m mojolearn conformance [--golden FILE] [--export FILE] "
-              "[--sabotage] [--quiet]\n       python -m mojolearn conformance diff A.json B.json")
+              "[--sabotage] [--quiet]\n       python -m mojolearn conformance diff A.json B.json\n"
+              "       python -m mojolearn quality MODEL --profile fixed15_v1 --builtin prose ...")
         return 0 if args else 2
     if args[0] == "conformance":
         from .conformance import main
 
         return main(args[1:])
-    print(f"mojolearn: unknown command {args[0]!r}; commands: conformance", file=sys.stderr)
+    if args[0] == "quality":
+        from .quality import main
+
+        return main(args[1:])
+    print(f"mojolearn: unknown command {args[0]!r}; commands: conformance, quality", file=sys.stderr)
     return 2
 
 

@@ -406,6 +406,7 @@ def profiles() -> tuple:
         }
         rec.update(copy.deepcopy(row))
         rec["measured"] = copy.deepcopy(MEASURED.get(name, {}))
+        rec["quality_measured"] = [dict(q) for q in _quality_rows() if q.get("profile") == name]
         out.append(rec)
     return tuple(out)
 
@@ -456,6 +457,29 @@ def _results_dirs() -> list:
     if packaged.is_dir():
         return [packaged]
     return [Path(__file__).resolve().parents[2] / "bench" / "results"]
+
+
+_QUALITY = None
+
+
+def _quality_rows() -> list:
+    """This project's own quality measurements (bench/results/quality-*.json, written by
+    ``python -m mojolearn quality``), read on first use: model, text, date, change and
+    its interval, beside the table's seed numbers."""
+    global _QUALITY
+    if _QUALITY is None:
+        rows = []
+        for d in _results_dirs():
+            for p in sorted(Path(d).glob("quality-*.json")):
+                try:
+                    r = json.loads(p.read_text())
+                    rows.append({k: r[k] for k in ("profile", "model", "text", "date", "change",
+                                                   "interval", "windows", "tokens_scored")}
+                                | {"source": f"bench/results/{p.name}"})
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+        _QUALITY = rows
+    return _QUALITY
 
 
 class _Malformed(Exception):
