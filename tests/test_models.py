@@ -293,3 +293,61 @@ def test_gguf_loader_equals_hf_directory(tmp_path, tiny):
     wr.close()
     ids = ids_for(cfg, 1, 9, seed=21)
     assert_same_bits(CausalLM.load(out).forward(ids), CausalLM.load(path).forward(ids))
+
+
+def _attn_case(B, L, nh, kvh, hd, pos0, seed, edit=None):
+    rng = np.random.default_rng(seed)
+    T = pos0 + L
+    q = (rng.standard_normal((B * L, nh * hd))).astype(np.float32)
+    k = (rng.standard_normal((B, kvh, T, hd))).astype(np.float32)
+    v = (rng.standard_normal((B, kvh, T, hd))).astype(np.float32)
+    if edit:
+        edit(q, k, v)
+    return q, k, v
+
+
+@pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
+@pytest.mark.parametrize("case", ["plain", "huge_masked_key", "inf_value_masked", "huge_query",
+                                  "nan_key", "neg_zero_and_subnormal", "cached_prefix"])
+def test_attention_kernel_edges(profile, case):
+    """M-11 M-12 M-13 M-14 M-15 M-21 M-24: the attention kernel against the oracle on
+    edge values: a huge key or query (the masked cells are then computed, not skipped),
+    an inf value behind the mask (0 * inf is NaN in P.V), a NaN key, signed zeros and
+    subnormals, and queries after cached keys."""
+    from mojolearn.models import _kernels as K
+
+    B, L, nh, kvh, hd, pos0 = 2, 6, 4, 2, 32, 0
+    edit = None
+    if case == "huge_masked_key":
+        def edit(q, k, v):
+            k[0, 1, 5, 3] = 3e30
+    elif case == "inf_value_masked":
+        def edit(q, k, v):
+            v[1, 0, 4, 7] = np.inf
+    elif case == "huge_query":
+        def edit(q, k, v):
+            q[2, 5] = 1e25
+    elif case == "nan_key":
+        def edit(q, k, v):
+            k[0, 0, 2, 0] = np.nan
+    elif case == "neg_zero_and_subnormal":
+        def edit(q, k, v):
+            q[:, ::3] = -0.0
+            k[..., 1::4] = np.float32(1e-40)
+            v[..., ::5] = np.float32(-3e-39)
+    elif case == "cached_prefix":
+        pos0 = 5
+    q, k, v = _attn_case(B, L, nh, kvh, hd, pos0, seed=13, edit=edit)
+    T = pos0 + L
+    kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
+    out = np.empty((B * L, nh * hd), dtype=np.float32)
+    K.attention(q, nh * hd, kt, np.ascontiguousarray(v), out, B, L, nh, kvh, hd, pos0, T,
+                profile == "fixed15_v1")
+    want = np.empty_like(out)
+    for b in range(B):
+        for h in range(nh):
+            g = h // (nh // kvh)
+            qh = MO.ftz(q[b * L:(b + 1) * L, h * hd:(h + 1) * hd])
+            want[b * L:(b + 1) * L, h * hd:(h + 1) * hd] = MO.attention(
+                qh, MO.ftz(k[b, g]), MO.ftz(v[b, g]), pos0, profile, hd)
+    assert_same_bits(out, want, case)

@@ -99,11 +99,19 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
             for kk in range(hd):
                 kcodes.unsafe_store(j * hd + kk, _codes[1, 16383](kbits.unsafe_load(j * hd + kk), sc)[0])
     var nleaves = (hd + LEAF - 1) // LEAF
+    # Masked keys (position > the query's) add exactly nothing when every q, k and v
+    # value is finite and small: their score is a finite |dot| < 2**100, the mask makes
+    # it exactly -FLT_MAX, expf gives +0, the weight is +0 and fma(+0, v, acc) = acc.
+    # Then the row stops at the query's own key; otherwise every key is computed.
+    var kv_small = _all_small(kt, hd, a.tmax, nkeys) and _all_finite_rows(vc, nkeys, hd)
     for i in range(i0, i1):
         var p = a.pos0 + i
         for hh in range(group):
             var h = g * group + hh
             var qr = qb.unsafe_offset((b * a.length + i) * a.ldq + h * hd)
+            var n_eff = nkeys
+            if kv_small and _all_small(qr, hd, 1, 1):
+                n_eff = p + 1
             # ---- scores
             if a.fixed15:
                 var qe = row_exponent(U32Ptr(unsafe_from_address=Int(qr)), hd, 13)
@@ -111,7 +119,7 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
                 var qbits = U32Ptr(unsafe_from_address=Int(qr))
                 for kk in range(hd):
                     qcodes.unsafe_store(kk, _codes[1, 16383](qbits.unsafe_load(kk), qsc)[0])
-                for j in range(nkeys):
+                for j in range(n_eff):
                     var acc = SIMD[DType.int64, 8](0)
                     var kr = kcodes.unsafe_offset(j * hd)
                     var kk = 0
@@ -127,101 +135,182 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
                     var c = ftz(mul(F1(sum.cast[DType.float32]()), p2))
                     s.unsafe_store(j, ftz(mul(c, F1(scale)))[0])
             else:
-                var j = 0
-                while j < nkeys:
-                    var nb = min(KB, (nkeys - j + W - 1) // W)
-                    if nb == KB and j + KB * W <= nkeys:
-                        var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
-                        for lf in range(nleaves):
-                            var acc0 = FW(0)
-                            var acc1 = FW(0)
-                            var acc2 = FW(0)
-                            var acc3 = FW(0)
-                            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
-                                var qv = FW(qr.unsafe_load(kk))
-                                var row = kt.unsafe_offset(kk * a.tmax + j)
-                                acc0 = fma(qv, row.unsafe_load[width=W](0), acc0)
-                                acc1 = fma(qv, row.unsafe_load[width=W](W), acc1)
-                                acc2 = fma(qv, row.unsafe_load[width=W](2 * W), acc2)
-                                acc3 = fma(qv, row.unsafe_load[width=W](3 * W), acc3)
-                            parts[lf * KB + 0] = ftz(acc0)
-                            parts[lf * KB + 1] = ftz(acc1)
-                            parts[lf * KB + 2] = ftz(acc2)
-                            parts[lf * KB + 3] = ftz(acc3)
-                        # balanced pairwise tree over leaves, odd last carried
-                        var n = nleaves
-                        while n > 1:
-                            var half = n // 2
-                            for t in range(half):
-                                comptime for q in range(KB):
-                                    parts[t * KB + q] = ftz(parts[2 * t * KB + q] + parts[(2 * t + 1) * KB + q])
-                            if n % 2 == 1:
-                                comptime for q in range(KB):
-                                    parts[half * KB + q] = parts[(n - 1) * KB + q]
-                            n = half + n % 2
-                        comptime for q in range(KB):
-                            s.unsafe_store(j + q * W, ftz(mul(parts[q], FW(scale))))
-                        j += KB * W
-                    else:
-                        var partsn = Array[Float32, MAX_LEAVES](fill=0)
-                        for lf in range(nleaves):
-                            var acc = F1(0)
-                            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
-                                acc = fma(F1(qr.unsafe_load(kk)), F1(kt.unsafe_load(kk * a.tmax + j)), acc)
-                            partsn[lf] = ftz(acc)[0]
-                        var n = nleaves
-                        while n > 1:
-                            var half = n // 2
-                            for t in range(half):
-                                partsn[t] = ftz(F1(partsn[2 * t]) + F1(partsn[2 * t + 1]))[0]
-                            if n % 2 == 1:
-                                partsn[half] = partsn[n - 1]
-                            n = half + n % 2
-                        s.unsafe_store(j, ftz(mul(F1(partsn[0]), F1(scale)))[0])
-                        j += 1
-            # ---- mask and row maximum
-            var neg = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](NEG_FLT_MAX_BITS))
-            var mx = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))  # -inf
-            var any_nan = False
-            for j in range(nkeys):
-                var x = F1(s.unsafe_load(j))
-                if j > p:
-                    x = ftz(x + neg)
-                    s.unsafe_store(j, x[0])
-                else:
-                    x = ftz(x + F1(0))
-                    s.unsafe_store(j, x[0])
-                if x != x:
-                    any_nan = True
-                elif x > mx or (x == mx and x == 0 and (bitcast[DType.uint32, 1](mx) >> 31) == 1):
-                    mx = x
-            if any_nan:
-                mx = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](QNAN_BITS))
-            # ---- exp, serial sum, one division per weight
-            var den = F1(0)
-            for j in range(nkeys):
-                var e = ftz(expf(ftz(F1(s.unsafe_load(j)) + (-mx))))
-                s.unsafe_store(j, e[0])
-                den = ftz(den + e)
-            var jj = 0
-            while jj + W <= nkeys:
-                s.unsafe_store(jj, ftz(s.unsafe_load[width=W](jj) / FW(den[0])))
-                jj += W
-            while jj < nkeys:
-                s.unsafe_store(jj, ftz(F1(s.unsafe_load(jj)) / den)[0])
-                jj += 1
+                _scores_f32(qr, kt, a.tmax, hd, nleaves, n_eff, scale, s)
+            _softmax_row(s, n_eff, p)
             # ---- P.V: one serial fma chain per output element, vectorized across it
             var orow = ob.unsafe_offset((b * a.length + i) * a.n_heads * hd + h * hd)
             var c = 0
             while c + W <= hd:
                 var acc = FW(0)
-                for j in range(nkeys):
+                for j in range(n_eff):
                     acc = fma(FW(s.unsafe_load(j)), vc.unsafe_load[width=W](j * hd + c), acc)
                 orow.unsafe_store(c, ftz(acc))
                 c += W
             while c < hd:
                 var acc = F1(0)
-                for j in range(nkeys):
+                for j in range(n_eff):
                     acc = fma(F1(s.unsafe_load(j)), F1(vc.unsafe_load(j * hd + c)), acc)
                 orow.unsafe_store(c, ftz(acc)[0])
                 c += 1
+
+
+@always_inline
+def _all_small(x: F32Ptr, rows: Int, ld: Int, cols: Int) -> Bool:
+    """Every x[r * ld + c] (r < rows, c < cols) finite with |x| < 2**40."""
+    var lim = SIMD[DType.uint32, W](0x53800000)  # 2**40
+    for r in range(rows):
+        var row = U32Ptr(unsafe_from_address=Int(x.unsafe_offset(r * ld)))
+        var c = 0
+        while c + W <= cols:
+            if ((row.unsafe_load[width=W](c) & 0x7FFFFFFF).ge(lim)).reduce_or():
+                return False
+            c += W
+        while c < cols:
+            if (row.unsafe_load(c) & 0x7FFFFFFF) >= 0x53800000:
+                return False
+            c += 1
+    return True
+
+
+@always_inline
+def _all_finite_rows(v: F32Ptr, rows: Int, hd: Int) -> Bool:
+    var n = rows * hd
+    var u = U32Ptr(unsafe_from_address=Int(v))
+    var c = 0
+    var inf = SIMD[DType.uint32, W](0x7F800000)
+    while c + W <= n:
+        if ((u.unsafe_load[width=W](c) & 0x7FFFFFFF).ge(inf)).reduce_or():
+            return False
+        c += W
+    while c < n:
+        if (u.unsafe_load(c) & 0x7FFFFFFF) >= 0x7F800000:
+            return False
+        c += 1
+    return True
+
+
+def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int, scale: Float32, s: F32Ptr):
+    """s[j] = mul(fp32.v1 dot(q, key j), scale) for j < n (M-11, M-6), keys as columns."""
+    var j = 0
+    while j + KB * W <= n:
+        var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
+        for lf in range(nleaves):
+            var acc0 = FW(0)
+            var acc1 = FW(0)
+            var acc2 = FW(0)
+            var acc3 = FW(0)
+            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
+                var qv = FW(qr.unsafe_load(kk))
+                var row = kt.unsafe_offset(kk * tmax + j)
+                acc0 = fma(qv, row.unsafe_load[width=W](0), acc0)
+                acc1 = fma(qv, row.unsafe_load[width=W](W), acc1)
+                acc2 = fma(qv, row.unsafe_load[width=W](2 * W), acc2)
+                acc3 = fma(qv, row.unsafe_load[width=W](3 * W), acc3)
+            parts[lf * KB + 0] = ftz(acc0)
+            parts[lf * KB + 1] = ftz(acc1)
+            parts[lf * KB + 2] = ftz(acc2)
+            parts[lf * KB + 3] = ftz(acc3)
+        _tree[KB](parts, nleaves)
+        comptime for q in range(KB):
+            s.unsafe_store(j + q * W, ftz(mul(parts[q], FW(scale))))
+        j += KB * W
+    while j + W <= n:
+        var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
+        for lf in range(nleaves):
+            var acc = FW(0)
+            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
+                acc = fma(FW(qr.unsafe_load(kk)), kt.unsafe_load[width=W](kk * tmax + j), acc)
+            parts[lf * KB] = ftz(acc)
+        _tree[KB](parts, nleaves)
+        s.unsafe_store(j, ftz(mul(parts[0], FW(scale))))
+        j += W
+    while j < n:
+        var partsn = Array[Float32, MAX_LEAVES](fill=0)
+        for lf in range(nleaves):
+            var acc = F1(0)
+            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
+                acc = fma(F1(qr.unsafe_load(kk)), F1(kt.unsafe_load(kk * tmax + j)), acc)
+            partsn[lf] = ftz(acc)[0]
+        var nl = nleaves
+        while nl > 1:
+            var half = nl // 2
+            for t in range(half):
+                partsn[t] = ftz(F1(partsn[2 * t]) + F1(partsn[2 * t + 1]))[0]
+            if nl % 2 == 1:
+                partsn[half] = partsn[nl - 1]
+            nl = half + nl % 2
+        s.unsafe_store(j, ftz(mul(F1(partsn[0]), F1(scale)))[0])
+        j += 1
+
+
+@always_inline
+def _tree[kb: Int](mut parts: Array[SIMD[DType.float32, W], KB * MAX_LEAVES], nleaves: Int):
+    """fp32.v1's balanced pairwise tree over leaf partials (odd last carried), kb lanes-groups."""
+    var n = nleaves
+    while n > 1:
+        var half = n // 2
+        for t in range(half):
+            comptime for q in range(kb):
+                parts[t * KB + q] = ftz(parts[2 * t * KB + q] + parts[(2 * t + 1) * KB + q])
+        if n % 2 == 1:
+            comptime for q in range(kb):
+                parts[half * KB + q] = parts[(n - 1) * KB + q]
+        n = half + n % 2
+
+
+def _softmax_row(s: F32Ptr, n: Int, p: Int):
+    """M-12, M-13, M-14 on s[0..n): mask (add +0 or -FLT_MAX), row max (NaN -> quiet NaN),
+    e_j = expf(add(s_j, -mx)), den a serial sum ascending, w_j = div(e_j, den)."""
+    var negw = FW(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](NEG_FLT_MAX_BITS))[0])
+    var ninf = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))[0]
+    var mxv = FW(ninf)
+    var nanv = SIMD[DType.bool, W](fill=False)
+    var j = 0
+    while j + W <= n:
+        var idx = SIMD[DType.int32, W](Int32(j)) + _iota()
+        var m = idx.gt(SIMD[DType.int32, W](Int32(p))).select(negw, FW(0))
+        var x = ftz(s.unsafe_load[width=W](j) + m)
+        s.unsafe_store(j, x)
+        nanv = nanv | x.ne(x)
+        mxv = max(mxv, x)
+        j += W
+    var mx = F1(mxv.reduce_max())
+    var any_nan = nanv.reduce_or()
+    while j < n:
+        var x = F1(s.unsafe_load(j))
+        x = ftz(x + F1(negw[0])) if j > p else ftz(x + F1(0))
+        s.unsafe_store(j, x[0])
+        if x != x:
+            any_nan = True
+        elif x > mx:
+            mx = x
+        j += 1
+    if any_nan:
+        mx = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](QNAN_BITS))
+    var negmx = FW(-mx[0])
+    j = 0
+    while j + W <= n:
+        s.unsafe_store(j, ftz(expf(ftz(s.unsafe_load[width=W](j) + negmx))))
+        j += W
+    while j < n:
+        s.unsafe_store(j, ftz(expf(ftz(F1(s.unsafe_load(j)) + F1(negmx[0]))))[0])
+        j += 1
+    var den = F1(0)
+    for jj in range(n):
+        den = ftz(den + F1(s.unsafe_load(jj)))
+    var dw = FW(den[0])
+    j = 0
+    while j + W <= n:
+        s.unsafe_store(j, ftz(s.unsafe_load[width=W](j) / dw))
+        j += W
+    while j < n:
+        s.unsafe_store(j, ftz(F1(s.unsafe_load(j)) / den)[0])
+        j += 1
+
+
+@always_inline
+def _iota() -> SIMD[DType.int32, W]:
+    var v = SIMD[DType.int32, W](0)
+    comptime for i in range(W):
+        v[i] = Int32(i)
+    return v
