@@ -3,7 +3,9 @@
 Every function is width-generic (SIMD lanes are independent) and is built only from
 single IEEE float32 operations: mul, add, div, a true fma, floor, and bit operations.
 No libm, no float64, no hardware approximation instructions. A product that feeds an
-add is fenced so the compiler never contracts the two into an FMA (rule M-0).
+add is fenced so the compiler never contracts the two into an FMA, and every
+intermediate result is flushed explicitly, so the functions give the same bits with or
+without the CPU's DAZ mode (the GPU kernels run them without it).
 
 Rule ids: M-0 operations, M-5 sqrt, M-8 logf, M-9 sin/cos, M-14 expf, M-7 powf.
 """
@@ -25,9 +27,15 @@ def _ftz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 
 @always_inline
+def _fmaz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-0: one fma, its result flushed."""
+    return _ftz[w](fma(a, b, c))
+
+
+@always_inline
 def _mul[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """M-0: one correctly rounded product, never contracted into a later add."""
-    return llvm_intrinsic["llvm.arithmetic.fence", SIMD[DType.float32, w]](a * b)
+    return _ftz[w](llvm_intrinsic["llvm.arithmetic.fence", SIMD[DType.float32, w]](a * b))
 
 
 @always_inline
@@ -76,19 +84,19 @@ def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """M-14: Cephes expf with the ln2 split, two exact scalings, +0 below FLT_MIN."""
     comptime F = SIMD[DType.float32, w]
-    var zf = floor(fma(x, F(1.4426950408889634), F(0.5)))
+    var zf = floor(_fmaz[w](x, F(1.4426950408889634), F(0.5)))
     # keep zf in range for the lanes the tests below replace anyway
     zf = min(max(zf, F(-127)), F(128))
-    var r = fma(zf, F(-0.693359375), x)
-    r = fma(zf, F(2.12194440e-4), r)
+    var r = _fmaz[w](zf, F(-0.693359375), x)
+    r = _fmaz[w](zf, F(2.12194440e-4), r)
     var q = F(1.9875691500e-4)
-    q = fma(q, r, F(1.3981999507e-3))
-    q = fma(q, r, F(8.3334519073e-3))
-    q = fma(q, r, F(4.1665795894e-2))
-    q = fma(q, r, F(1.6666665459e-1))
-    q = fma(q, r, F(5.0000001201e-1))
-    var y = fma(q, _mul[w](r, r), r)
-    y = y + F(1)
+    q = _fmaz[w](q, r, F(1.3981999507e-3))
+    q = _fmaz[w](q, r, F(8.3334519073e-3))
+    q = _fmaz[w](q, r, F(4.1665795894e-2))
+    q = _fmaz[w](q, r, F(1.6666665459e-1))
+    q = _fmaz[w](q, r, F(5.0000001201e-1))
+    var y = _fmaz[w](q, _mul[w](r, r), r)
+    y = _ftz[w](y + F(1))
     var k = zf.cast[DType.int32]()
     var k1 = k >> 1
     y = _mul[w](y, _pow2_i32[w](k1))
@@ -114,20 +122,20 @@ def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     var t = m - F(1)
     var z = _mul[w](t, t)
     var p = F(7.0376836292e-2)
-    p = fma(p, t, F(-1.1514610310e-1))
-    p = fma(p, t, F(1.1676998740e-1))
-    p = fma(p, t, F(-1.2420140846e-1))
-    p = fma(p, t, F(1.4249322787e-1))
-    p = fma(p, t, F(-1.6668057665e-1))
-    p = fma(p, t, F(2.0000714765e-1))
-    p = fma(p, t, F(-2.4999993993e-1))
-    p = fma(p, t, F(3.3333331174e-1))
+    p = _fmaz[w](p, t, F(-1.1514610310e-1))
+    p = _fmaz[w](p, t, F(1.1676998740e-1))
+    p = _fmaz[w](p, t, F(-1.2420140846e-1))
+    p = _fmaz[w](p, t, F(1.4249322787e-1))
+    p = _fmaz[w](p, t, F(-1.6668057665e-1))
+    p = _fmaz[w](p, t, F(2.0000714765e-1))
+    p = _fmaz[w](p, t, F(-2.4999993993e-1))
+    p = _fmaz[w](p, t, F(3.3333331174e-1))
     var y = _mul[w](_mul[w](t, z), p)
     var fe = e.cast[DType.float32]()
-    y = fma(fe, F(-2.12194440e-4), y)
-    y = fma(F(-0.5), z, y)
-    var r = t + y
-    return fma(fe, F(0.693359375), r)
+    y = _fmaz[w](fe, F(-2.12194440e-4), y)
+    y = _fmaz[w](F(-0.5), z, y)
+    var r = _ftz[w](t + y)
+    return _fmaz[w](fe, F(0.693359375), r)
 
 
 @always_inline
@@ -150,9 +158,9 @@ def _sincosf[w: Int](x: SIMD[DType.float32, w]) -> Tuple[SIMD[DType.float32, w],
     j = odd.select(j + 1, j)
     y = odd.select(y + F(1), y)
     j = j & 7
-    var r = fma(y, F(-0.78515625), a)
-    r = fma(y, F(-2.4187564849853515625e-4), r)
-    r = fma(y, F(-3.77489497744594108e-8), r)
+    var r = _fmaz[w](y, F(-0.78515625), a)
+    r = _fmaz[w](y, F(-2.4187564849853515625e-4), r)
+    r = _fmaz[w](y, F(-3.77489497744594108e-8), r)
     var sgn_s = x.lt(F(0)).select(F(-1), F(1))
     var sgn_c = F(1)
     var big = j.gt(I(3))
@@ -161,10 +169,10 @@ def _sincosf[w: Int](x: SIMD[DType.float32, w]) -> Tuple[SIMD[DType.float32, w],
     sgn_c = big.select(-sgn_c, sgn_c)
     sgn_c = j.gt(I(1)).select(-sgn_c, sgn_c)
     var z = _mul[w](r, r)
-    var ps = fma(fma(F(-1.9515295891e-4), z, F(8.3321608736e-3)), z, F(-1.6666654611e-1))
-    var ys = fma(_mul[w](r, z), ps, r)
-    var pc = fma(fma(F(2.443315711809948e-5), z, F(-1.388731625493765e-3)), z, F(4.166664568298827e-2))
-    var yc = fma(_mul[w](z, z), pc, fma(F(-0.5), z, F(1)))
+    var ps = _fmaz[w](_fmaz[w](F(-1.9515295891e-4), z, F(8.3321608736e-3)), z, F(-1.6666654611e-1))
+    var ys = _fmaz[w](_mul[w](r, z), ps, r)
+    var pc = _fmaz[w](_fmaz[w](F(2.443315711809948e-5), z, F(-1.388731625493765e-3)), z, F(4.166664568298827e-2))
+    var yc = _fmaz[w](_mul[w](z, z), pc, _fmaz[w](F(-0.5), z, F(1)))
     var swap = j.eq(I(1)) | j.eq(I(2))
     var s = swap.select(yc, ys)
     var c = swap.select(ys, yc)
