@@ -6,7 +6,7 @@ STAMP := $(VENV)/.deps-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all build test test-fast bench conformance wheel clean gpu-compile gpu-check device-check
+.PHONY: all build test test-fast fuzz bench conformance wheel clean gpu-compile gpu-check device-check
 
 all: build
 
@@ -28,6 +28,12 @@ test: build
 
 test-fast: build
 	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+# the long fuzz run: FUZZ_EXAMPLES cases per entry (default 400), FUZZ_SEED; prints cases per entry
+FUZZ_EXAMPLES ?= 400
+FUZZ_SEED ?= 11
+fuzz: build
+	$(PY) -m tests.fuzz_run --examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 
 bench: build $(BENCH_STAMP)
 	PYTHONPATH=python $(PY) bench/run.py

@@ -131,7 +131,8 @@ def _in_place(named):
     return tuple((n, b) for n, b in named if b is not None and b.c_contiguous)
 
 
-def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
+def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extra):
+    _no_extra(func, extra, "(a, b, *, transpose_a=False, transpose_b=False, out=None)")
     # every refusal first (no copy, no allocation), then copies, then the result
     transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
     ab = buf(a, func, "a", a_dtypes, ndim=2, copy=False)
@@ -155,20 +156,21 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
     return res
 
 
-def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None):
+def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected):
     """float32 GEMM under mojolearn.identical.gemm.fp32.v1.
 
     NN ``a @ b`` with a (m,k), b (k,n); NT (transpose_b) ``a @ b.T`` with b (n,k);
     TN (transpose_a) ``a.T @ b`` with a (k,m). ``out`` (float32, (m,n),
     C-contiguous) is written in place and returned. k = 0 gives +0.0 everywhere."""
-    return _run_f32("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",))
+    return _run_f32("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",),
+                    unexpected)
 
 
-def matmul_bf16(a, b, *, transpose_a=False, transpose_b=False, out=None):
+def matmul_bf16(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected):
     """bf16f32.v1: b is bf16 bits (uint16), a is float32 or bf16 bits; the bits equal
     ``matmul`` on the exactly widened operands (widening happens in the packing)."""
     return _run_f32("matmul_bf16", a, b, transpose_a, transpose_b, out,
-                    ("float32", "uint16"), ("uint16",))
+                    ("float32", "uint16"), ("uint16",), unexpected)
 
 
 def _int_operand(func, x, arg, nplanes):
@@ -217,7 +219,7 @@ def _int_ready(func, named, is_tuple, nplanes):
 
 
 def _int_gemm(func, a, b, out, nplanes, max_k, rule, extra):
-    _no_extra(func, extra)
+    _no_extra(func, extra, "(a, b, *, out=None)")
     # every refusal first (no copy, no quantization, no allocation)
     m, k, anamed, atup = _int_operand(func, a, "a", nplanes)
     n, kb, bnamed, btup = _int_operand(func, b, "b", nplanes)
@@ -250,19 +252,19 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule, extra):
     return res
 
 
-def _no_extra(func, extra):
-    """The integer GEMMs take (a, b, *, out) only; name any other keyword."""
+def _no_extra(func, extra, takes):
+    """Refuse keywords a GEMM does not take, naming them and what it takes."""
     if not extra:
         return
     names = ", ".join(sorted(extra))
     why = ""
-    if "transpose_a" in extra or "transpose_b" in extra:
+    if "transpose_a" in extra or "transpose_b" in extra:  # the integer GEMMs
         why = (" the product is always a @ b.T: a is (m, k) and b is (n, k), each a "
                "float32 matrix or its quantized tuple; transpose an operand yourself "
                "(e.g. numpy's b.T) before passing it;")
     raise TypeError(
         f"mojolearn: {func}: unexpected keyword argument(s) {names};{why} "
-        f"{func} accepts (a, b, *, out=None)"
+        f"{func} accepts {takes}"
     )
 
 
