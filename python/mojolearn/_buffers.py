@@ -3,7 +3,8 @@
 WHAT IS ACCEPTED
     Any object with the buffer protocol (numpy arrays, memoryview, array.array,
     bytes, mojolearn.Array), any object with ``__array_interface__``, and - only
-    where a function says so - nested lists of numbers (read as float32).
+    where a function says so - nested lists of numbers (read as float32; at most
+    64 levels deep; a list that contains itself is refused rather than followed).
 
 WHAT COMES BACK
     A ``Buf``: the address, dtype string, shape, byte strides and the object that
