@@ -100,17 +100,6 @@ def layout(rng, x):
     return np.array(x, order="C", copy=True), "C"
 
 
-def broadcast_matrix(rng, rows, cols, dtype=F32):
-    """A stride-0 view: one row (or column) repeated."""
-    if rng.random() < 0.5:
-        row = rand_f32(rng, (cols,)).astype(dtype) if dtype == F32 else \
-            rng.integers(-127, 128, size=cols).astype(dtype)
-        return np.broadcast_to(row, (rows, cols))
-    col = rand_f32(rng, (rows, 1)).astype(dtype) if dtype == F32 else \
-        rng.integers(-127, 128, size=(rows, 1)).astype(dtype)
-    return np.broadcast_to(col, (rows, cols))
-
-
 BAD_DTYPES = [np.float64, np.float16, np.int32, np.int8, np.uint16, np.complex64, ">f4",
               np.bool_, np.int64]
 NOT_BUFFERS = [None, "abc", 3, 2.5, {"a": 1}, object(), b"", [[1.0, 2.0]]]
