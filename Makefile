@@ -10,7 +10,7 @@ MODEL_CACHE ?= $(HOME)/.cache/mojolearn
 SMOLLM2 := $(MODEL_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
 export MOJOLEARN_MODEL_CACHE := $(MODEL_CACHE)
 
-.PHONY: all build model quality test test-fast bench conformance wheel clean gpu-compile gpu-check device-check
+.PHONY: all build model quality test test-fast fuzz bench conformance wheel clean gpu-compile gpu-check device-check
 
 all: build
 
@@ -42,6 +42,12 @@ test: build $(SMOLLM2)
 
 test-fast: build
 	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+# the long fuzz run: FUZZ_EXAMPLES cases per entry (default 400), FUZZ_SEED; prints cases per entry
+FUZZ_EXAMPLES ?= 400
+FUZZ_SEED ?= 11
+fuzz: build
+	$(PY) -m tests.fuzz_run --examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 
 bench: build $(BENCH_STAMP) $(SMOLLM2)
 	PYTHONPATH=python $(PY) bench/run.py

@@ -207,7 +207,9 @@ _ENV_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("value,exc", [("abc", "ValueError"), ("0", "ValueError"), ("-3", "ValueError"),
-                                       ("2.5", "ValueError"), (" 2 ", "OK")])
+                                       ("2.5", "ValueError"), (" 2 ", "OK"),
+                                       ("9223372036854775808", "ValueError"), ("1025", "ValueError"),
+                                       ("9" * 5000, "ValueError")])
 def test_env_thread_count_refusals(value, exc):
     """7 (threads API): a bad MOJOLEARN_NUM_THREADS is a ValueError naming the variable
     (in a fresh process; the variable is read once per process)."""

@@ -172,6 +172,18 @@ def test_fma_single_rounding(m, n):
 
 
 @pytest.mark.parametrize("m,n", PATH_MN)
+def test_fma_sum_one_float64_ulp_beside_a_float32_midpoint(m, n):
+    """6.3 (issue 11): a = [-7, 3, -7], b bits [0x87A519DE, 0x2314FAAF, 0x9B29CF1D].
+    The second step's float64 sum sits one float64 ulp above a float32 midpoint;
+    exact arithmetic gives 0x23DF7A59 (the kernel always did; the first oracle
+    said 0x23DF7A58)."""
+    bv = np.array([0x87A519DE, 0x2314FAAF, 0x9B29CF1D], dtype=np.uint32).view(F32)
+    a, b = one_product([-7.0, 3.0, -7.0], list(bv), m, n)
+    exp = check_all_layouts(a, b, "midpoint neighbour")
+    assert np.all(u32(exp) == 0x23DF7A59)
+
+
+@pytest.mark.parametrize("m,n", PATH_MN)
 def test_sequential_order_inside_leaf(m, n):
     """6.3: kk ascending inside a leaf: 2**24 + 1 rounds to 2**24 (tie to even), then
     - 2**24 gives +0; any other order gives 1."""

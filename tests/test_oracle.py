@@ -396,6 +396,61 @@ def test_fma_midpoint_constructions():
     assert hit > 50  # the construction really exercises the midpoint path
 
 
+def test_fma_one_float64_ulp_beside_a_midpoint():
+    """fp32.v1 rule 3 (issue 11): fma(3.0, 0x2314FAAF, 0x091076A2). 3*b is a
+    float32 midpoint and the tiny c puts the float64 sum one float64 ulp ABOVE
+    it; the exact sum rounds up to 0x23DF7807. The first oracle took the
+    neighbouring float64 value for a midpoint, nudged the sum onto it and
+    ties-to-even gave 0x23DF7806."""
+    b, c = f32_from_bits(0x2314FAAF), f32_from_bits(0x091076A2)
+    assert bits(ref_fma(F32(3.0), b, c)) == 0x23DF7807
+    assert bits(O.fma_f32(F32(3.0), b, c)) == 0x23DF7807
+    # the same sum inside a GEMM (k = 3, one leaf); the kernel's bits are 0x23DF7A59
+    a = np.array([[-7.0, 3.0, -7.0]], dtype=F32)
+    bm = np.array([0x87A519DE, 0x2314FAAF, 0x9B29CF1D], dtype=np.uint32).view(F32).reshape(3, 1)
+    assert bits(O.gemm_fp32_v1(a, bm)[0, 0]) == 0x23DF7A59
+    assert bits(ref_gemm(a, bm)[0, 0]) == 0x23DF7A59
+
+
+def _midpoint_products(rng: np.random.Generator, n: int):
+    """(a, b) float32 pairs whose exact product a*b is a float32 rounding midpoint:
+    a a small odd integer, b a random float32, kept when the product's bits
+    below float32 precision are exactly one half ulp."""
+    a = (rng.integers(1, 8, size=n) * 2 + 1).astype(F32) * rng.choice([-1, 1], size=n).astype(F32)
+    mant = rng.integers(2 ** 23, 2 ** 24, size=n).astype(np.float64)
+    ex = rng.integers(-60, 60, size=n)
+    b = (mant * np.exp2(ex - 23.0)).astype(F32)
+    p = a.astype(np.float64) * b.astype(np.float64)
+    r = p.astype(F32).astype(np.float64)
+    up = np.nextafter(p.astype(F32), np.where(p > r, np.inf, -np.inf).astype(F32)).astype(np.float64)
+    keep = (p != r) & (p == (r + up) / 2)
+    return a[keep], b[keep], p[keep]
+
+
+def test_fma_constructed_midpoint_sweep():
+    """fp32.v1 rule 3 (issue 11): 20,000 sums a*b + c where a*b is exactly a
+    float32 midpoint and c is a float32 a few float64 ulps of the product in
+    size, so the float64 sum lands ON the midpoint or one or two float64 ulps
+    beside it, on either side. Every result is compared with exact rational
+    arithmetic (Fraction)."""
+    rng = np.random.default_rng(20000)
+    a, b, p = _midpoint_products(rng, 160000)
+    a, b, p = a[:20000], b[:20000], p[:20000]
+    assert len(a) == 20000
+    # |c| between 1/4 and 4 float64 ulps of p (2**-52 relative), either sign
+    scale = np.exp2(rng.uniform(-2.0, 2.0, size=len(p)) - 52.0)
+    c = (p * scale * rng.choice([-1, 1], size=len(p))).astype(F32)
+    got = O.fma_f32(a, b, c)
+    s64 = a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)
+    beside = int(np.count_nonzero((s64 != p) & (
+        (np.nextafter(s64, np.inf) == p) | (np.nextafter(s64, -np.inf) == p))))
+    on = int(np.count_nonzero((s64 == p) & (c != 0)))
+    assert beside > 500 and on > 500, (beside, on)  # both hazards exercised
+    bad = [(float(a[i]), float(b[i]), float(c[i]))
+           for i in range(len(a)) if not same_bits(got[i], ref_fma(a[i], b[i], c[i]))]
+    assert not bad, f"{len(bad)} of {len(a)} differ from exact arithmetic, e.g. {bad[:3]}"
+
+
 def test_overflow_and_nonfinite():
     """fp32.v1 rule 6: overflow gives inf; inf*0 is NaN; inf - inf is NaN."""
     big = F32(2.0 ** 100)

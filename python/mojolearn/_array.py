@@ -211,9 +211,11 @@ def _array_class(dtype: str, shape: tuple):
     return cls
 
 
-def empty(dtype: str, shape, *, func: str = "Array", zero: bool = True) -> Array:
+def empty(dtype: str, shape, *, func: str = "Array", zero: bool = True,
+          what: str = "result") -> Array:
     """A new Array, zero-filled unless ``zero=False`` (for results a kernel writes in
-    full: large ones then skip the memset). An impossible size is a MemoryError."""
+    full: large ones then skip the memset). An impossible size is a MemoryError
+    naming ``what`` the block is for (the result, or a copy of an input)."""
     if dtype not in DTYPES:
         raise TypeError(f"mojolearn: {func}: unsupported dtype {dtype!r}")
     shape = tuple(int(d) for d in shape)
@@ -224,8 +226,8 @@ def empty(dtype: str, shape, *, func: str = "Array", zero: bool = True) -> Array
         n *= d
     if n > _MAX_BYTES:
         raise MemoryError(
-            f"mojolearn: {func}: cannot allocate a {dtype} result of shape {shape} "
-            f"({n} bytes)"
+            f"mojolearn: {func}: cannot allocate a {dtype} {what} of shape {shape} "
+            f"({n} bytes, over the {_MAX_BYTES} limit); pass smaller inputs"
         )
     try:
         cls = _array_class(dtype, shape)
@@ -249,6 +251,6 @@ def empty(dtype: str, shape, *, func: str = "Array", zero: bool = True) -> Array
         return arr
     except (MemoryError, OverflowError, OSError) as e:
         raise MemoryError(
-            f"mojolearn: {func}: cannot allocate a {dtype} result of shape {shape} "
-            f"({n / 2**30:.1f} GiB): {type(e).__name__}"
+            f"mojolearn: {func}: cannot allocate a {dtype} {what} of shape {shape} "
+            f"({n / 2**30:.1f} GiB): {type(e).__name__}; free memory or pass smaller inputs"
         ) from None

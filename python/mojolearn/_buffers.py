@@ -3,7 +3,8 @@
 WHAT IS ACCEPTED
     Any object with the buffer protocol (numpy arrays, memoryview, array.array,
     bytes, mojolearn.Array), any object with ``__array_interface__``, and - only
-    where a function says so - nested lists of numbers (read as float32).
+    where a function says so - nested lists of numbers (read as float32; at most
+    64 levels deep; a list that contains itself is refused rather than followed).
 
 WHAT COMES BACK
     A ``Buf``: the address, dtype string, shape, byte strides and the object that
@@ -111,15 +112,47 @@ def _dtype_name(kind: str, size: int) -> str:
 
 
 def _from_format(fmt: str, itemsize: int) -> str:
+    """A readable dtype name for a struct format: "float32", "complex64",
+    "big-endian float32"; an unknown code is named with its format string."""
     f = fmt
+    order = ""
     if f and f[0] in "@=<":
         f = f[1:]
     elif f and f[0] in ">!":
-        return "big-endian " + f[1:]
-    kind = _FMT.get(f)
-    if kind is None:
-        return f"format {fmt!r}"
-    return _dtype_name(kind, itemsize)
+        f = f[1:]
+        order = "big-endian "
+    if len(f) == 2 and f[0] == "Z" and _FMT.get(f[1]) == "float":
+        name = _dtype_name("complex", itemsize)
+    else:
+        kind = _FMT.get(f)
+        if kind is None:
+            return f"{order}an element format {fmt!r} (not a number type)"
+        name = _dtype_name(kind, itemsize)
+    if order and itemsize == 1:
+        return name  # byte order means nothing for one-byte items
+    return order + name
+
+
+def _typestr_size(typestr) -> int:
+    try:
+        return int(typestr[2:])
+    except (TypeError, ValueError):
+        return 0
+
+
+def _typestr_name(typestr) -> str:
+    """A readable dtype name for an __array_interface__ typestr ("<f4" -> float32,
+    ">f4" -> big-endian float32)."""
+    if not isinstance(typestr, str) or len(typestr) < 3:
+        return f"an unreadable typestr {typestr!r}"
+    kind = _TYPESTR_KIND.get(typestr[1])
+    size = _typestr_size(typestr)
+    if kind is None or size <= 0:
+        return f"an element type {typestr!r} (not a number type)"
+    name = _dtype_name(kind, size)
+    if typestr[0] == ">" and size > 1:
+        return "big-endian " + name
+    return name
 
 
 def _address(mv: memoryview) -> int:
@@ -131,33 +164,64 @@ def _address(mv: memoryview) -> int:
     return addr
 
 
+MAX_LIST_DEPTH = 64  # deeper nested lists are refused (numpy's limit on dimensions too)
+
+
 def _nested_lists(obj, func, arg):
+    """Nested lists/tuples of numbers -> a float32 Array. Bounded: the depth is at
+    most MAX_LIST_DEPTH, a list that contains itself is refused (it would loop
+    forever), and the walk is iterative (no RecursionError however deep)."""
     shape = []
     x = obj
+    seen = set()
     while isinstance(x, (list, tuple)):
+        if id(x) in seen:
+            raise ValueError(
+                f"mojolearn: {func}: {arg} is a nested list that contains itself "
+                f"(at depth {len(shape)}); pass a finite nested list of numbers or a buffer"
+            )
+        if len(shape) >= MAX_LIST_DEPTH:
+            raise ValueError(
+                f"mojolearn: {func}: {arg} is a nested list more than {MAX_LIST_DEPTH} "
+                f"levels deep; a tensor has at most {MAX_LIST_DEPTH} dimensions: pass "
+                f"a buffer (e.g. a numpy array) or flatten the nesting"
+            )
+        seen.add(id(x))
         shape.append(len(x))
         if not x:
             break
         x = x[0]
+    ndim = len(shape)
     flat = []
-
-    def walk(o, depth):
-        if depth == len(shape):
+    ragged = (f"mojolearn: {func}: {arg} is a ragged nested list; every list at one "
+              f"depth must have the same length (shape {tuple(shape)} from the first "
+              f"elements); pad it or pass a buffer")
+    stack = [(obj, 0)]
+    while stack:
+        o, depth = stack.pop()
+        if depth == ndim:
             if isinstance(o, (list, tuple)):
-                raise ValueError(f"mojolearn: {func}: {arg} is a ragged nested list")
+                raise ValueError(ragged)
             if isinstance(o, bool) or not isinstance(o, (int, float)):
                 raise TypeError(
-                    f"mojolearn: {func}: {arg} holds {type(o).__name__}, expected numbers"
+                    f"mojolearn: {func}: {arg} holds {type(o).__name__}, expected "
+                    f"numbers (int or float, read as float32)"
                 )
+            if isinstance(o, int):
+                try:
+                    o = float(o)
+                except OverflowError:
+                    raise ValueError(
+                        f"mojolearn: {func}: {arg} holds an int of {o.bit_length()} bits, "
+                        f"too large for any float; pass values within float32 range"
+                    ) from None
             flat.append(o)
-            return
+            continue
         if not isinstance(o, (list, tuple)) or len(o) != shape[depth]:
-            raise ValueError(f"mojolearn: {func}: {arg} is a ragged nested list")
-        for e in o:
-            walk(e, depth + 1)
-
-    walk(obj, 0)
-    out = empty("float32", tuple(shape), func=func)
+            raise ValueError(ragged)
+        for e in reversed(o):
+            stack.append((e, depth + 1))
+    out = empty("float32", tuple(shape), func=func, what=f"float32 copy of {arg}")
     if flat:
         flat_view = (ctypes.c_float * len(flat)).from_address(ctypes.addressof(out))
         flat_view[:] = flat
@@ -192,17 +256,14 @@ def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
     ai = getattr(obj, "__array_interface__", None)
     if isinstance(ai, dict):
         typestr = ai["typestr"]
-        if typestr[0] == ">" and typestr[2:] != "1":
-            dtype = "big-endian " + typestr
-        else:
-            dtype = _dtype_name(_TYPESTR_KIND.get(typestr[1], typestr[1]), int(typestr[2:]))
+        dtype = _typestr_name(typestr)
         shape = tuple(int(d) for d in ai["shape"])
         data = ai.get("data")
         if data is None or not isinstance(data, tuple):
             raise TypeError(
                 f"mojolearn: {func}: {arg}'s __array_interface__ has no data address"
             )
-        isz = _ITEMSIZE.get(dtype, int(typestr[2:]))
+        isz = _ITEMSIZE.get(dtype) or _typestr_size(typestr)
         st = ai.get("strides")
         if st is None:
             strides, s = [], isz
@@ -222,7 +283,7 @@ def to_array(obj, *, func: str, arg: str, lists: bool = False) -> Array:
         return b.keep
     if b.dtype not in DTYPES:
         raise TypeError(f"mojolearn: {func}: {arg} has unsupported dtype {b.dtype}")
-    out = empty(b.dtype, b.shape, func=func)
+    out = empty(b.dtype, b.shape, func=func, what=f"contiguous copy of {arg}")
     if b.size:
         if b.c_contiguous:
             ctypes.memmove(ctypes.addressof(out), b.addr, out.nbytes)

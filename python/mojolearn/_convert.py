@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._array import Array, empty
 from ._native_loader import native
 from ._threads import get_num_threads
-from ._validate import buf
+from ._validate import buf, contiguous
 
 __all__ = [
     "to_bf16", "from_bf16", "quantize_int8", "dequantize_int8",
@@ -62,7 +62,7 @@ def quantize_int15(x):
 
 
 def _exps_for(exponents, func, m):
-    e = buf(exponents, func, "exponents", ("int32",), ndim=1)
+    e = buf(exponents, func, "exponents", ("int32",), ndim=1, copy=False)
     if e.shape[0] != m:
         raise ValueError(
             f"mojolearn: {func}: exponents has length {e.shape[0]} but the codes have "
@@ -73,9 +73,11 @@ def _exps_for(exponents, func, m):
 
 def dequantize_int8(codes, exponents) -> Array:
     """ftz(f32(code) * pow2f(e)) per row (rule L-6)."""
-    c = buf(codes, "dequantize_int8", "codes", ("int8",), ndim=2)
+    c = buf(codes, "dequantize_int8", "codes", ("int8",), ndim=2, copy=False)
     m, k = c.shape
     e = _exps_for(exponents, "dequantize_int8", m)
+    c = contiguous(c, "dequantize_int8", "codes")
+    e = contiguous(e, "dequantize_int8", "exponents")
     out = empty("float32", (m, k), func="dequantize_int8")
     if m and k:
         native().dequantize_int8((c.addr, e.addr, out.address, m, k, get_num_threads()))
@@ -84,8 +86,8 @@ def dequantize_int8(codes, exponents) -> Array:
 
 def dequantize_int15(hi, lo, exponents) -> Array:
     """ftz(f32(hi*128 + lo) * pow2f(e)) per row (rule W-3)."""
-    h = buf(hi, "dequantize_int15", "hi", ("int8",), ndim=2)
-    l = buf(lo, "dequantize_int15", "lo", ("int8",), ndim=2)
+    h = buf(hi, "dequantize_int15", "hi", ("int8",), ndim=2, copy=False)
+    l = buf(lo, "dequantize_int15", "lo", ("int8",), ndim=2, copy=False)
     if h.shape != l.shape:
         raise ValueError(
             f"mojolearn: dequantize_int15: hi has shape {h.shape} but lo has {l.shape}; "
@@ -93,6 +95,9 @@ def dequantize_int15(hi, lo, exponents) -> Array:
         )
     m, k = h.shape
     e = _exps_for(exponents, "dequantize_int15", m)
+    h = contiguous(h, "dequantize_int15", "hi")
+    l = contiguous(l, "dequantize_int15", "lo")
+    e = contiguous(e, "dequantize_int15", "exponents")
     out = empty("float32", (m, k), func="dequantize_int15")
     if m and k:
         native().dequantize_int15(

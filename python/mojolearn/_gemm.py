@@ -12,7 +12,7 @@ import threading
 from ._array import Array, empty
 from ._native_loader import native
 from ._threads import get_num_threads
-from ._validate import buf, out_buf
+from ._validate import buf, contiguous, out_buf
 from . import _convert
 
 __all__ = ["matmul", "matmul_bf16", "matmul_int8", "matmul_int15"]
@@ -110,80 +110,119 @@ def _no_overlap(func, ob, inputs):
             )
 
 
-def _result(func, out, m, n):
+def _out(func, out, m, n):
+    """The caller's ``out`` checked (no data touched), or None."""
     if out is None:
-        return empty("float32", (m, n), func=func, zero=False), None
-    ob = out_buf(out, func, "float32", (m, n))
-    return out, ob
+        return None
+    return out_buf(out, func, "float32", (m, n))
 
 
-def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
+def _result(func, out, ob, m, n):
+    """The Array to return and the address the kernel writes."""
+    if ob is not None:
+        return out, ob.addr
+    res = empty("float32", (m, n), func=func, zero=False)
+    return res, res.address
+
+
+def _in_place(named):
+    """The (name, Buf) pairs the kernel will read where they are (C-contiguous):
+    only those can overlap ``out``; the others are copied first."""
+    return tuple((n, b) for n, b in named if b is not None and b.c_contiguous)
+
+
+def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extra):
+    _no_extra(func, extra, "(a, b, *, transpose_a=False, transpose_b=False, out=None)")
+    # every refusal first (no copy, no allocation), then copies, then the result
     transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
-    ab = buf(a, func, "a", a_dtypes, ndim=2)
-    bb = buf(b, func, "b", b_dtypes, ndim=2)
+    ab = buf(a, func, "a", a_dtypes, ndim=2, copy=False)
+    bb = buf(b, func, "b", b_dtypes, ndim=2, copy=False)
     m, n, k = _shapes(func, ab.shape, bb.shape, transpose_a, transpose_b)
-    res, ob = _result(func, out, m, n)
-    _no_overlap(func, ob, (("a", ab), ("b", bb)))
-    caddr = ob.addr if ob is not None else res.address
-    if m and n:
-        wa, wn = _ws()
-        need = native().gemm_f32((
-            ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
-            int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), get_num_threads(),
-            _SABOTAGE, wa, wn,
-        ))
-        if need > wn:
-            _ws_fit(need)
+    ob = _out(func, out, m, n)
+    _no_overlap(func, ob, _in_place((("a", ab), ("b", bb))))
+    if not (m and n):
+        return _result(func, out, ob, m, n)[0]
+    ab = contiguous(ab, func, "a")
+    bb = contiguous(bb, func, "b")
+    res, caddr = _result(func, out, ob, m, n)
+    wa, wn = _ws()
+    need = native().gemm_f32((
+        ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
+        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), get_num_threads(),
+        _SABOTAGE, wa, wn,
+    ))
+    if need > wn:
+        _ws_fit(need)
     return res
 
 
-def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None):
+def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected):
     """float32 GEMM under mojolearn.identical.gemm.fp32.v1.
 
     NN ``a @ b`` with a (m,k), b (k,n); NT (transpose_b) ``a @ b.T`` with b (n,k);
     TN (transpose_a) ``a.T @ b`` with a (k,m). ``out`` (float32, (m,n),
     C-contiguous) is written in place and returned. k = 0 gives +0.0 everywhere."""
-    return _run_f32("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",))
+    return _run_f32("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",),
+                    unexpected)
 
 
-def matmul_bf16(a, b, *, transpose_a=False, transpose_b=False, out=None):
+def matmul_bf16(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected):
     """bf16f32.v1: b is bf16 bits (uint16), a is float32 or bf16 bits; the bits equal
     ``matmul`` on the exactly widened operands (widening happens in the packing)."""
     return _run_f32("matmul_bf16", a, b, transpose_a, transpose_b, out,
-                    ("float32", "uint16"), ("uint16",))
+                    ("float32", "uint16"), ("uint16",), unexpected)
 
 
 def _int_operand(func, x, arg, nplanes):
-    """float32 2-D (quantized here) or the quantized tuple -> (planes, exps, rows, k, keep)."""
+    """float32 2-D (quantized later) or the quantized tuple, checked without
+    touching data -> (rows, k, named Bufs, is_tuple)."""
     if isinstance(x, tuple):
+        want = "(codes, exponents)" if nplanes == 1 else "(hi, lo, exponents)"
         if len(x) != nplanes + 1:
-            want = "(codes, exponents)" if nplanes == 1 else "(hi, lo, exponents)"
             raise ValueError(
                 f"mojolearn: {func}: {arg} as a quantized tuple must be {want}, "
-                f"got a tuple of {len(x)}"
+                f"got a tuple of {len(x)}; pass a 2-D float32 matrix or the tuple "
+                f"returned by the quantizer"
             )
-        planes = [buf(p, func, f"{arg}[{i}]", ("int8",), ndim=2) for i, p in enumerate(x[:-1])]
+        planes = [buf(p, func, f"{arg}[{i}]", ("int8",), ndim=2, copy=False)
+                  for i, p in enumerate(x[:-1])]
         for p in planes[1:]:
             if p.shape != planes[0].shape:
                 raise ValueError(
                     f"mojolearn: {func}: {arg}'s hi and lo planes differ in shape "
-                    f"({planes[0].shape} vs {p.shape})"
+                    f"({planes[0].shape} vs {p.shape}); pass the planes returned "
+                    f"together by quantize_int15"
                 )
-        e = buf(x[-1], func, f"{arg}[{nplanes}] (exponents)", ("int32",), ndim=1)
+        e = buf(x[-1], func, f"{arg}[{nplanes}] (exponents)", ("int32",), ndim=1, copy=False)
         rows, k = planes[0].shape
         if e.shape[0] != rows:
             raise ValueError(
                 f"mojolearn: {func}: {arg}'s exponents have length {e.shape[0]} but its "
-                f"codes have {rows} rows"
+                f"codes have {rows} rows; pass the exponents returned with these codes"
             )
-        return [p.addr for p in planes], e.addr, rows, k, (planes, e)
-    xb = buf(x, func, arg, ("float32",), ndim=2)
-    return None, None, xb.shape[0], xb.shape[1], xb
+        named = [(f"{arg}[{i}]", p) for i, p in enumerate(planes)]
+        named.append((f"{arg}[{nplanes}] (exponents)", e))
+        return rows, k, named, True
+    xb = buf(x, func, arg, ("float32",), ndim=2, copy=False)
+    return xb.shape[0], xb.shape[1], [(arg, xb)], False
 
 
-def _int_gemm(func, a, b, out, nplanes, max_k, rule):
-    ap, ae, m, k, akeep = _int_operand(func, a, "a", nplanes)
-    bp, be, n, kb, bkeep = _int_operand(func, b, "b", nplanes)
+def _int_ready(func, named, is_tuple, nplanes):
+    """Plane addresses, exponents address and the objects to keep alive: the
+    tuple's parts made contiguous, or a float32 operand quantized here."""
+    bufs = [contiguous(b, func, n) for n, b in named]
+    if is_tuple:
+        return [b.addr for b in bufs[:-1]], bufs[-1].addr, bufs
+    quant = _convert.quantize_int8 if nplanes == 1 else _convert.quantize_int15
+    q = quant(bufs[0].keep)
+    return [p.address for p in q[:-1]], q[-1].address, q
+
+
+def _int_gemm(func, a, b, out, nplanes, max_k, rule, extra):
+    _no_extra(func, extra, "(a, b, *, out=None)")
+    # every refusal first (no copy, no quantization, no allocation)
+    m, k, anamed, atup = _int_operand(func, a, "a", nplanes)
+    n, kb, bnamed, btup = _int_operand(func, b, "b", nplanes)
     if k != kb:
         raise ValueError(
             f"mojolearn: {func}: a is (m={m}, k={k}) and b is (n={n}, k={kb}): "
@@ -194,16 +233,11 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule):
             f"mojolearn: {func}: k = {k} is outside the domain of rule {rule} "
             f"(k <= {max_k}); split the product along k yourself or use matmul (fp32.v1)"
         )
-    res, ob = _result(func, out, m, n)
-    _no_overlap(func, ob, _int_bufs("a", akeep) + _int_bufs("b", bkeep))
-    caddr = ob.addr if ob is not None else res.address
-    quant = _convert.quantize_int8 if nplanes == 1 else _convert.quantize_int15
-    if ap is None:
-        qa = quant(akeep.keep)
-        ap, ae, akeep = [q.address for q in qa[:-1]], qa[-1].address, qa
-    if bp is None:
-        qb = quant(bkeep.keep)
-        bp, be, bkeep = [q.address for q in qb[:-1]], qb[-1].address, qb
+    ob = _out(func, out, m, n)
+    _no_overlap(func, ob, _in_place(anamed + bnamed))
+    ap, ae, akeep = _int_ready(func, anamed, atup, nplanes)
+    bp, be, bkeep = _int_ready(func, bnamed, btup, nplanes)
+    res, caddr = _result(func, out, ob, m, n)
     if m and n:
         wa, wn = _ws()
         if nplanes == 1:
@@ -214,24 +248,33 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule):
                                         get_num_threads(), _SABOTAGE, wa, wn))
         if need > wn:
             _ws_fit(need)
+    del akeep, bkeep  # alive until the kernel returned
     return res
 
 
-def _int_bufs(name, keep):
-    """The caller's Bufs behind an integer operand (planes + exponents, or float32)."""
-    if isinstance(keep, tuple):
-        planes, e = keep
-        return [(f"{name}[{i}]", p) for i, p in enumerate(planes)] + [(f"{name} exponents", e)]
-    return [(name, keep)]
+def _no_extra(func, extra, takes):
+    """Refuse keywords a GEMM does not take, naming them and what it takes."""
+    if not extra:
+        return
+    names = ", ".join(sorted(extra))
+    why = ""
+    if "transpose_a" in extra or "transpose_b" in extra:  # the integer GEMMs
+        why = (" the product is always a @ b.T: a is (m, k) and b is (n, k), each a "
+               "float32 matrix or its quantized tuple; transpose an operand yourself "
+               "(e.g. numpy's b.T) before passing it;")
+    raise TypeError(
+        f"mojolearn: {func}: unexpected keyword argument(s) {names};{why} "
+        f"{func} accepts {takes}"
+    )
 
 
-def matmul_int8(a, b, *, out=None):
+def matmul_int8(a, b, *, out=None, **unexpected):
     """int8i32.v1: ``a @ b.T``; each operand float32 (m,k)/(n,k) or (codes, exponents).
     Output ftz(f32(S) * pow2f(ea[i] + eb[j])) with S the exact integer sum; k <= 131072 (L-7)."""
-    return _int_gemm("matmul_int8", a, b, out, 1, INT8_MAX_K, "L-7")
+    return _int_gemm("matmul_int8", a, b, out, 1, INT8_MAX_K, "L-7", unexpected)
 
 
-def matmul_int15(a, b, *, out=None):
+def matmul_int15(a, b, *, out=None, **unexpected):
     """int15i64.v1: ``a @ b.T``; each operand float32 or (hi, lo, exponents).
     Output as int8i32.v1 with 15-bit codes; k <= 65536 (W-4)."""
-    return _int_gemm("matmul_int15", a, b, out, 2, INT15_MAX_K, "W-4")
+    return _int_gemm("matmul_int15", a, b, out, 2, INT15_MAX_K, "W-4", unexpected)

@@ -2,28 +2,38 @@
 
 ``MOJOLEARN_NUM_THREADS`` (read once, at first use) or ``set_num_threads(n)``;
 the default is every core this process may run on. The count never changes a
-result's bits, only how the work is divided.
+result's bits, only how the work is divided. It is an int from 1 to
+``MAX_THREADS`` (1024): a larger value is refused when it is set, not later by
+the first kernel call.
 """
 from __future__ import annotations
 
 import os
 
 ENV = "MOJOLEARN_NUM_THREADS"
+MAX_THREADS = 1024
 _n: int | None = None
 
 
 def _default() -> int:
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return min(MAX_THREADS, max(1, len(os.sched_getaffinity(0))))
     except (AttributeError, OSError):  # pragma: no cover
-        return max(1, os.cpu_count() or 1)
+        return min(MAX_THREADS, max(1, os.cpu_count() or 1))
 
 
 def _check(n, what):
     if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"mojolearn: {what} must be an int >= 1, got {n!r}")
-    if n < 1:
-        raise ValueError(f"mojolearn: {what} must be >= 1, got {n}")
+        raise TypeError(
+            f"mojolearn: {what} must be an int from 1 to {MAX_THREADS}, got "
+            f"{type(n).__name__} {n!r}; pass a thread count such as 1 or 2"
+        )
+    if n < 1 or n > MAX_THREADS:
+        shown = n if abs(n) < 10 ** 30 else f"an int of {n.bit_length()} bits"
+        raise ValueError(
+            f"mojolearn: {what} must be from 1 to {MAX_THREADS}, got {shown}; pass "
+            f"a thread count such as 1 or 2 (more tasks than cores gains nothing)"
+        )
     return n
 
 
@@ -33,11 +43,15 @@ def get_num_threads() -> int:
         raw = os.environ.get(ENV, "").strip()
         if raw:
             try:
-                v = int(raw)
+                v = int(raw) if len(raw) <= 32 else None
             except ValueError:
+                v = None
+            if v is None:
+                shown = raw if len(raw) <= 32 else raw[:32] + "..."
                 raise ValueError(
-                    f"mojolearn: {ENV}={raw!r} is not an integer; set it to a thread count "
-                    "such as 1 or 2, or unset it to use every core"
+                    f"mojolearn: {ENV}={shown!r} is not an integer from 1 to "
+                    f"{MAX_THREADS}; set it to a thread count such as 1 or 2, or unset "
+                    "it to use every core"
                 ) from None
             _n = _check(v, ENV)
         else:

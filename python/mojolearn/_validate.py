@@ -14,9 +14,12 @@ _CAST_HINT = {
 }
 
 
-def buf(obj, func: str, arg: str, dtypes: tuple, ndim: int | None = None, lists=False) -> Buf:
+def buf(obj, func: str, arg: str, dtypes: tuple, ndim: int | None = None, lists=False,
+        copy: bool = True) -> Buf:
     """Read ``obj`` and check dtype / rank; a non-contiguous buffer is copied to a
-    contiguous one (a byte copy: the bits are unchanged)."""
+    contiguous one (a byte copy: the bits are unchanged). With ``copy=False`` the
+    caller's view comes back as it is: check everything that needs no data first,
+    then call ``contiguous`` (so a refusal never costs a copy)."""
     b = read(obj, func=func, arg=arg, lists=lists)
     if b.dtype not in dtypes:
         want = " or ".join(dtypes)
@@ -29,6 +32,13 @@ def buf(obj, func: str, arg: str, dtypes: tuple, ndim: int | None = None, lists=
         raise ValueError(
             f"mojolearn: {func}: {arg} must be {ndim}-D, got {b.ndim}-D with shape {b.shape}"
         )
+    if copy:
+        b = contiguous(b, func, arg)
+    return b
+
+
+def contiguous(b: Buf, func: str, arg: str) -> Buf:
+    """``b`` itself when C-contiguous, else a C-contiguous byte copy of it."""
     if not b.c_contiguous and b.size:
         b = read(to_array(b.keep, func=func, arg=arg), func=func, arg=arg)
     return b

@@ -40,6 +40,33 @@ SAFE WRITES
     or error mid-write leaves the old file intact, and the temporary file is
     removed. A truncated or corrupt file is refused by ``load`` with ValueError.
 
+WHAT THE PATH MAY BE
+    ``path`` is a str or an ``os.PathLike`` giving a str; bytes, None, numbers,
+    an empty path and a path holding a NUL byte are refused by name before
+    anything is written.
+
+    - A regular file, or nothing yet: replaced (or created) atomically, as
+      above; the file keeps its permission bits.
+    - A symbolic link (also a chain of them): FOLLOWED. The file it finally
+      names is replaced atomically, in that file's own directory, and the link
+      itself is left as it was, so it names the new checkpoint (a rename over
+      the link would have turned the link into a regular file and left its
+      target stale). A dangling link creates its target, if that directory
+      exists. A link loop is refused.
+    - A directory: refused (IsADirectoryError); name a file inside it.
+    - Anything else - a character or block device such as /dev/null, a FIFO,
+      a socket: refused by name (ValueError). ``save`` never writes into or
+      renames over a special file (run as root, a rename would have replaced
+      the device node with a regular file).
+    - A missing directory, or a parent that is not a directory: refused
+      (FileNotFoundError / NotADirectoryError) naming the directory.
+
+    Every refusal and every failure (no permission, disk full, a safetensors
+    error) happens before the rename, so the old file is never touched.
+    ``load`` takes the same kinds of path; it reads regular files (through
+    links) only: a directory, device or FIFO is refused by name rather than
+    read (reading /dev/zero or a FIFO would never end).
+
 READING THE METADATA
     The framework-free ``deserialize`` returns tensors but not the metadata,
     and ``safe_open`` imports NumPy. So, after ``deserialize`` has validated
@@ -55,8 +82,10 @@ ERRORS
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
+import stat
 import tempfile
 from typing import NamedTuple
 
@@ -177,6 +206,119 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _path(path, func: str) -> str:
+    """``path`` as a str, or a refusal naming it (before any file is touched)."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise TypeError(
+            f"mojolearn: checkpoint.{func}: path must be a str or os.PathLike, got "
+            f"{type(path).__name__} ({path!r}); pass the file name as a str"
+        ) from None
+    if isinstance(p, bytes):
+        raise TypeError(
+            f"mojolearn: checkpoint.{func}: path must be a str, got bytes ({p!r}); "
+            f"decode it first (os.fsdecode(path))"
+        )
+    if not isinstance(p, str):  # pragma: no cover - os.fspath returns str or bytes
+        raise TypeError(f"mojolearn: checkpoint.{func}: path must be a str, got {type(p).__name__}")
+    if not p:
+        raise ValueError(
+            f"mojolearn: checkpoint.{func}: path is empty; pass the checkpoint's file "
+            f"name (e.g. 'model.safetensors')"
+        )
+    if "\0" in p:
+        raise ValueError(
+            f"mojolearn: checkpoint.{func}: path {p!r} holds a NUL byte, which no file "
+            f"name can contain; remove it"
+        )
+    return p
+
+
+def _kind(mode: int) -> str | None:
+    """A name for a file type that is not a regular file or a directory."""
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # pragma: no cover
+        return "a special file"
+    return None
+
+
+def _target(path: str) -> str:
+    """The file ``save`` replaces: ``path`` itself, or the file a symbolic link
+    (chain) names. Refuses directories, special files and link loops."""
+    real = path
+    if os.path.islink(path):
+        try:
+            real = os.path.realpath(path, strict=False)
+        except OSError as e:  # pragma: no cover - realpath(strict=False) rarely raises
+            raise ValueError(f"mojolearn: checkpoint.save: cannot follow the link {path!r} ({e})") from None
+        try:
+            os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ValueError(
+                    f"mojolearn: checkpoint.save: path {path!r} is a symbolic link loop; "
+                    f"point the link at a file or remove it"
+                ) from None
+            # dangling: create the file the link names (below, its directory is checked)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        st = None  # reported below, with the directory
+    except OSError as e:
+        raise _os_error("save", path, e) from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(
+                f"mojolearn: checkpoint.save: path {path!r} is a directory; name a file "
+                f"inside it (e.g. {os.path.join(path, 'model.safetensors')!r})",
+            )
+        kind = _kind(st.st_mode)
+        if kind is not None:
+            raise ValueError(
+                f"mojolearn: checkpoint.save: path {path!r} is {kind}, not a regular "
+                f"file; save writes a new file and renames it into place, and never "
+                f"writes into or replaces a special file; pass a path to a regular file"
+            )
+    directory = os.path.dirname(os.path.abspath(real))
+    if not os.path.isdir(directory):
+        if os.path.exists(directory):
+            raise NotADirectoryError(
+                f"mojolearn: checkpoint.save: the parent {directory!r} of {path!r} is not "
+                f"a directory; choose a path inside a directory",
+            )
+        raise FileNotFoundError(
+            f"mojolearn: checkpoint.save: the directory of {path!r} does not exist; "
+            f"create {directory!r} first",
+        )
+    return real
+
+
+def _os_error(func: str, path: str, e: OSError) -> OSError:
+    """The same kind of OSError, with a message naming the path and a way out."""
+    why = e.strerror or str(e)
+    way = {
+        errno.EACCES: "check the file's and directory's permissions",
+        errno.EPERM: "check the file's and directory's permissions",
+        errno.ENOSPC: "free disk space",
+        errno.EROFS: "choose a writable file system",
+        errno.ENAMETOOLONG: "use a shorter path",
+    }.get(e.errno, "check the path")
+    return type(e)(
+        f"mojolearn: checkpoint.{func}: cannot {'write' if func == 'save' else 'read'} "
+        f"{path!r} ({why}); {way}",
+    )
+
+
 def save(path, weights, numeric_profile=None) -> None:
     """Write ``weights`` to the safetensors file ``path``, atomically.
 
@@ -185,7 +327,8 @@ def save(path, weights, numeric_profile=None) -> None:
     computed in; its ``state_field`` goes into the metadata (see the module
     docstring).
     """
-    path = os.fspath(path)
+    path = _path(path, "save")
+    target = _target(path)
     if not isinstance(weights, dict):
         raise TypeError(
             f"mojolearn: checkpoint.save: weights must be a dict of name -> tensor, "
@@ -196,15 +339,13 @@ def save(path, weights, numeric_profile=None) -> None:
         metadata = dict(profiles.state_field(numeric_profile)) or None
     specs, keep = _specs(weights)
 
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            f"mojolearn: checkpoint.save: the directory of {path!r} does not exist; "
-            f"create {directory!r} first"
-        )
-    mode = _new_file_mode(path)
-    fd, tmp = tempfile.mkstemp(
-        prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    directory = os.path.dirname(os.path.abspath(target))
+    mode = _new_file_mode(target)
+    try:
+        fd, tmp = tempfile.mkstemp(
+            prefix="." + os.path.basename(target)[:100] + ".", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise _os_error("save", path, e) from None
     os.close(fd)
     try:
         try:
@@ -214,10 +355,16 @@ def save(path, weights, numeric_profile=None) -> None:
                 f"mojolearn: checkpoint.save: safetensors refused to write {path!r} "
                 f"({e}); check the tensors' shapes and names"
             ) from e
-        os.chmod(tmp, mode)  # after writing: the library may recreate the file
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.chmod(tmp, mode)  # after writing: the library may recreate the file
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            _target(path)  # still a regular file (or nothing) where we rename to
+            os.replace(tmp, target)
+        except OSError as e:
+            if str(e).startswith("mojolearn:"):
+                raise
+            raise _os_error("save", path, e) from None
     except BaseException:
         try:
             os.unlink(tmp)
@@ -273,15 +420,32 @@ def load(path, numeric_profile=None) -> Checkpoint:
     """Read a checkpoint written by ``save`` (or any safetensors file of F32,
     BF16 and I8 + I32-exponent tensors). Returns ``Checkpoint(weights,
     numeric_profile)``; see the module docstring."""
-    path = os.fspath(path)
+    path = _path(path, "load")
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        st = os.stat(path)
     except FileNotFoundError:
         raise FileNotFoundError(
             f"mojolearn: checkpoint.load: no file at {path!r}; check the path "
-            f"(checkpoint.save writes one)"
+            f"(checkpoint.save writes one)",
         ) from None
+    except OSError as e:
+        raise _os_error("load", path, e) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(
+            f"mojolearn: checkpoint.load: path {path!r} is a directory, not a "
+            f"checkpoint file; name the .safetensors file inside it",
+        )
+    kind = _kind(st.st_mode)
+    if kind is not None:
+        raise ValueError(
+            f"mojolearn: checkpoint.load: path {path!r} is {kind}, not a regular file; "
+            f"load reads checkpoint files only; pass the path of a file save wrote"
+        )
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _os_error("load", path, e) from None
     try:
         items = safetensors.deserialize(data)
     except MemoryError:

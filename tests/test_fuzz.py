@@ -1,0 +1,83 @@
+"""The fuzz suite, short and deterministic (issue 11): every public entry of
+linalg, lowbit, checkpoint and profiles (plus thread counts and environment
+values), with random shapes, strides, dtypes, broadcast views, out= faults,
+quantized tuples with wrong parts, truncated/corrupt/huge-headered files and
+hostile paths. Every answer must be the oracle's bits (tests/oracle.py) or a
+built-in exception whose message starts with "mojolearn" and names the argument.
+
+The table of entries is tests/fuzz_cases.py (ENTRIES: (name, generator) pairs;
+a models entry is one more pair). The cases run in a few child processes
+(tests/fuzz_run.py), so a crash or a hang fails this test naming the case and
+its replay command instead of killing the run. The long run is `make fuzz`
+(FUZZ_EXAMPLES cases per entry, default 400; it prints the count per entry).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests import fuzz_run
+from tests.fuzz_cases import ENTRIES
+
+SHORT_EXAMPLES = 15  # per entry: 22 entries -> 330 cases, a few seconds
+
+
+def test_fuzz_short_run():
+    results, crashes = fuzz_run.run(examples=SHORT_EXAMPLES, seed=11, batches=3, timeout=300)
+    print(fuzz_run.report(results))
+    bad = fuzz_run.failures(results, crashes)
+    assert not bad, "\n\n".join(bad[:20])
+    assert set(results) == {name for name, _ in ENTRIES}
+    for name, stats in results.items():
+        assert stats["cases"] >= SHORT_EXAMPLES // 2, (name, stats)
+
+
+def test_every_public_entry_is_in_the_table():
+    """linalg's, lowbit's, checkpoint's and profiles' public functions all have a
+    generator (by name, or through a shared generator named in COVERED)."""
+    import mojolearn
+    from mojolearn import checkpoint, linalg, lowbit, profiles
+
+    names = {n for n, _ in ENTRIES}
+    covered = {
+        "lowbit.materialize": "lowbit.unpack", "lowbit.is_packed": "lowbit.format_of",
+        "lowbit.BF16Weight": "lowbit.BF16Weight/Int8Weight",
+        "lowbit.Int8Weight": "lowbit.BF16Weight/Int8Weight",
+    }
+    for mod, prefix in ((linalg, "linalg"), (lowbit, "lowbit"), (checkpoint, "checkpoint")):
+        for fn in mod.__all__:
+            obj = getattr(mod, fn)
+            if not callable(obj) or fn in ("backend", "Checkpoint"):
+                continue
+            key = f"{prefix}.{fn}"
+            assert key in names or covered.get(key) in names, f"{key} has no fuzz generator"
+    assert "profiles" in names and "set_num_threads" in names and "env" in names
+    assert callable(mojolearn.set_num_threads) and profiles.resolve
+
+
+def test_runner_names_a_crashing_case_and_goes_on(monkeypatch):
+    """A case that kills its interpreter (here SIGSEGV) fails the run
+    naming the entry and seed; the batch's later entries still run; a bare
+    Exception is reported as one."""
+    monkeypatch.setenv("MOJOLEARN_FUZZ_SELFTEST", "1")
+    results, crashes = fuzz_run.run(examples=3, seed=1, batches=1, timeout=120)
+    assert len(crashes) == 1 and "entry='selftest.crash'" in crashes[0], crashes
+    assert "--replay 'selftest.crash'" in crashes[0]
+    assert results["selftest.fine"]["cases"] == 3
+    assert results["selftest.after_crash"]["cases"] == 3
+    wrong = results["selftest.wrong"]["failures"]
+    assert len(wrong) == 3 and all("builtins.Exception" in f["why"] for f in wrong), wrong
+
+
+@pytest.mark.parametrize("entry", [n for n, _ in ENTRIES])
+def test_cases_are_reproducible(entry, tmp_path):
+    """A case is rebuilt from (entry, seed) alone: the replay path gives the same label."""
+    import numpy as np
+
+    gen = dict(ENTRIES)[entry]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = gen(np.random.default_rng(123), str(tmp_path / "a"))
+    b = gen(np.random.default_rng(123), str(tmp_path / "b"))
+    assert a.label.replace(str(tmp_path / "a"), "") == b.label.replace(str(tmp_path / "b"), "")
