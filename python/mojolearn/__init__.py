@@ -38,3 +38,8 @@ __all__ = [
     "lowbit", "checkpoint", "NumericProfileSpeedWarning", "numeric_profile",
     "set_numeric_profile", "numeric_profiles", "numeric_profile_measured",
 ]
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)
