@@ -27,9 +27,16 @@ WHAT FALLS THROUGH, WHAT IS REFUSED
     (``REFUSED``: ``addmv``, ``addbmm``, ``addr``, torch's fused CPU attention
     kernel) raise ValueError by name. While the mode is on, torch's CPU
     ``scaled_dot_product_attention`` takes its math path, whose products are
-    ``aten::bmm``. Elementwise ops (softmax, RMSNorm, SiLU, mean) stay torch's
-    (``ELEMENTWISE_COVERED`` is empty in this version); see the tests for what that
-    means for a whole model's bits.
+    ``aten::bmm``.
+
+ELEMENTWISE
+    ``aten::silu`` (float32) runs the models' SiLU kernel (rule M-17 of the ops
+    contract), whose bits do not depend on how torch splits the work between
+    threads (torch's own vectorised silu does). softmax, log_softmax and the pieces
+    of transformers' RMSNorm (pow, mean, rsqrt, mul) stay torch's: they have no
+    generic kernel here yet. On the tiny Llama models of the tests these remaining
+    ops gave the same bits for 1 and 2 threads and alone versus in a batch; that is
+    measured, not promised.
 
 SCOPE
     The registration is process-wide (every thread), like any ``torch.library``
@@ -56,7 +63,7 @@ COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::
            "aten::bmm.out", "aten::baddbmm", "aten::mv", "aten::dot")
 REFUSED = ("aten::addmv", "aten::addbmm", "aten::addr",
            "aten::_scaled_dot_product_flash_attention_for_cpu")
-ELEMENTWISE_COVERED: tuple = ()
+ELEMENTWISE_COVERED = ("aten::silu",)
 
 _lock = threading.RLock()
 _lib = None
@@ -188,6 +195,28 @@ def _dot(ks, a, b):
     return _tensor(_product(a.unsqueeze(0), b.unsqueeze(1))).reshape(())
 
 
+_ones = None
+
+
+def _silu(ks, x):
+    """silu(x) by the models' SiLU kernel (rule M-17: silu_mul with u = 1, and
+    mul(s, 1) = s exactly): bits independent of thread count and batch."""
+    global _ones
+    if not _ours(x) or x.dim() == 0:
+        return _fall("silu", ks, x)
+    _calls["mojolearn"] += 1
+    x = x.detach().contiguous()
+    out = _torch.empty_like(x)
+    n = x.shape[-1]
+    rows = x.numel() // n if n else 0
+    if rows and n:
+        if _ones is None or _ones.numel() < x.numel():
+            _ones = _torch.ones(max(x.numel(), 1 << 16))
+        _native().nn_silu_mul((x.data_ptr(), _ones.data_ptr(), n, out.data_ptr(), n, n, rows,
+                               _threads()))
+    return out
+
+
 def _out_variant(name, compute):
     def kernel(ks, *args, out, **kwargs):
         if not _ours(out, *[x for x in args if isinstance(x, _torch.Tensor)]):
@@ -225,6 +254,7 @@ _KERNELS = {
     "baddbmm": _baddbmm,
     "mv": _mv,
     "dot": _dot,
+    "silu": _silu,
     "addmv": _refuse("addmv"),
     "addbmm": _refuse("addbmm"),
     "addr": _refuse("addr"),
