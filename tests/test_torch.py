@@ -232,3 +232,37 @@ def test_llama_in_the_mode_vs_causal_lm(tmp_path):
     ours = CausalLM.load(tmp_path).forward(ids)
     err = float(np.abs(ours - ours_torch).max())
     assert err <= 1e-5 * float(np.abs(ours).max())
+
+
+@pytest.mark.slow
+def test_smollm2_in_the_mode(tmp_path_factory):
+    """10.1 / 10.4: SmolLM2-135M in transformers inside the mode: the same logits bits for
+    1 and 2 threads and for a prompt alone and in a batch of 2; within 1e-4 of the
+    largest logit of mojolearn.models.CausalLM on the same weights (torch's softmax /
+    RMSNorm / RoPE are not the ops contract's). Outside the mode torch's own bits are
+    printed for the record."""
+    import os
+    import sys
+
+    from mojolearn.models import CausalLM
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "bench"))
+    from fetch_model import fetch
+    from hf_export import export_hf
+
+    hf_dir = export_hf(fetch(), str(tmp_path_factory.mktemp("smollm2-mode")))
+    model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    rng = np.random.default_rng(5)
+    ids = torch.from_numpy(rng.integers(0, model.config.vocab_size, size=(2, 40)))
+    with mt.identical():
+        one = _logits(model, ids, 1)
+        two = _logits(model, ids, 2)
+        alone = _logits(model, ids[1:2], 2)
+    assert bits(one) == bits(two)
+    assert bits(alone[0]) == bits(two[1])
+    off1, off2 = _logits(model, ids, 1), _logits(model, ids, 2)
+    print(f"\n[SmolLM2 outside the mode] 1 vs 2 threads: "
+          f"{'same' if bits(off1) == bits(off2) else 'DIFFER'} bits")
+    ours = CausalLM.load(hf_dir).forward(ids.numpy())
+    assert float(np.abs(ours - two).max()) <= 1e-4 * float(np.abs(ours).max())
