@@ -1,7 +1,8 @@
 """The whole-model rows of `make bench`: SmolLM2-135M's CausalLM.forward (prefill of 512
 tokens, batch 1) and greedy decode per token under fp32_v1 and fixed15_v1, side by side
 with transformers/torch fp32 on the same weights and thread count, and the peak memory
-of a loaded model per (profile, weight format)."""
+of a loaded model per (profile, weight format); and the same transformers prefill with
+mojolearn.torch.identical() on vs off (the cost of identity inside torch)."""
 import json
 import os
 import statistics
@@ -81,6 +82,22 @@ def run_models(B, threads, quick, torch):
         pairs = [a / b for a, b in zip(row["reps_ms"]["fixed15_v1"], row["reps_ms"]["mojolearn"])]
         over = {"lo": min(pairs), "hi": max(pairs), "median": statistics.median(pairs)}
         row["fixed15_over_fp32"] = over
+    if hf is not None:
+        # the cost of identity inside torch: the same transformers model with
+        # mojolearn.torch.identical() on (products fp32.v1, silu the SiLU kernel) vs off
+        import mojolearn.torch as mtorch
+
+        def torch_identical():
+            with mtorch.identical():
+                return torch_fwd()
+
+        print(f"transformers SmolLM2-135M prefill {n} tokens: mojolearn.torch.identical() on vs off")
+        trow = B.case(f"torch-identical;smollm2-135m;prefill;{n}", "transformers forward",
+                      "fp32.v1 inside torch", (1, n),
+                      {"mojolearn": torch_identical, "torch": torch_fwd}, peer="torch",
+                      settle=("torch",))
+        if trow:
+            trow["note"] = "ratio = off / on (< 1: the mode is slower); sdpa, which takes its math path in the mode"
     # decode: greedy tokens per second from a 32-token prompt
     new = 8 if quick else 32
     p = ids[:, :32]

@@ -7,7 +7,7 @@
     y = linalg.matmul_int15(x, q)      # int15i64.v1: exact integer sums
 
 Modules: linalg (kernels), profiles (the numeric-profile table), lowbit (weight
-storage), checkpoint (safetensors files). The contracts live in contracts/.
+storage), checkpoint (safetensors files), torch (torch's products under fp32.v1). The contracts live in contracts/.
 """
 from ._array import Array
 from ._device import get_device, set_device, vendor
@@ -25,8 +25,9 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # lowbit and checkpoint are imported on first use (checkpoint needs safetensors)
-    if name in ("lowbit", "checkpoint"):
+    # lowbit, checkpoint and torch are imported on first use (checkpoint needs
+    # safetensors, torch needs torch)
+    if name in ("lowbit", "checkpoint", "torch"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
@@ -35,6 +36,11 @@ def __getattr__(name):
 
 __all__ = [
     "Array", "vendor", "get_device", "set_device", "get_num_threads", "set_num_threads", "linalg", "profiles",
-    "lowbit", "checkpoint", "NumericProfileSpeedWarning", "numeric_profile",
+    "lowbit", "checkpoint", "torch", "NumericProfileSpeedWarning", "numeric_profile",
     "set_numeric_profile", "numeric_profiles", "numeric_profile_measured",
 ]
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)

@@ -169,6 +169,16 @@ class Array:
 
     __hash__ = None
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export: zero-copy; the Array stays alive while a consumer holds it."""
+        from ._dlpack import export
+
+        return export(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                      copy=copy)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU, device 0: results live in host memory
+
     @property
     def __array_interface__(self):
         return {

@@ -2,7 +2,8 @@
 
 WHAT IS ACCEPTED
     Any object with the buffer protocol (numpy arrays, memoryview, array.array,
-    bytes, mojolearn.Array), any object with ``__array_interface__``, and - only
+    bytes, mojolearn.Array), any DLPack tensor or capsule (``__dlpack__``: torch,
+    JAX, CuPy; see _dlpack.py), any object with ``__array_interface__``, and - only
     where a function says so - nested lists of numbers (read as float32; at most
     64 levels deep; a list that contains itself is refused rather than followed).
 
@@ -230,6 +231,8 @@ def _nested_lists(obj, func, arg):
 
 def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
     """Describe ``obj``'s memory without copying. See module docstring."""
+    if isinstance(obj, Buf):  # already read (e.g. a consumed DLPack capsule)
+        return obj
     if isinstance(obj, Array):
         shape = obj._ml_shape
         isz = DTYPES[obj._ml_dtype][1]
@@ -253,6 +256,8 @@ def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
         strides = tuple(mv.strides) if mv.strides is not None else (1,)
         addr = _address(mv) if mv.nbytes else 0
         return Buf(addr, dtype, shape, strides, mv.readonly, mv)
+    if _is_dlpack(obj):
+        return _read_dlpack(obj, func, arg)
     ai = getattr(obj, "__array_interface__", None)
     if isinstance(ai, dict):
         typestr = ai["typestr"]
@@ -272,8 +277,20 @@ def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
                 s *= d
             st = tuple(reversed(strides))
         return Buf(int(data[0]), dtype, shape, tuple(int(s) for s in st), bool(data[1]), obj)
-    what = "a buffer or nested lists" if lists else "a buffer (numpy array, memoryview, array.array, mojolearn.Array)"
+    what = ("a buffer, a DLPack tensor or nested lists" if lists else
+            "a buffer or DLPack tensor (numpy array, torch tensor, memoryview, array.array, mojolearn.Array)")
     raise TypeError(f"mojolearn: {func}: {arg} must be {what}, got {type(obj).__name__}")
+
+
+def _is_dlpack(obj) -> bool:
+    """A DLPack producer (``__dlpack__``) or a raw DLPack capsule."""
+    return hasattr(type(obj), "__dlpack__") or type(obj).__name__ == "PyCapsule"
+
+
+def _read_dlpack(obj, func, arg) -> Buf:
+    from . import _dlpack
+
+    return _dlpack.read(obj, func=func, arg=arg)
 
 
 def to_array(obj, *, func: str, arg: str, lists: bool = False) -> Array:

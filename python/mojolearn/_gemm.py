@@ -161,16 +161,106 @@ def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected
 
     NN ``a @ b`` with a (m,k), b (k,n); NT (transpose_b) ``a @ b.T`` with b (n,k);
     TN (transpose_a) ``a.T @ b`` with a (k,m). ``out`` (float32, (m,n),
-    C-contiguous) is written in place and returned. k = 0 gives +0.0 everywhere."""
-    return _run_f32("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",),
-                    unexpected)
+    C-contiguous) is written in place and returned. k = 0 gives +0.0 everywhere.
+
+    Leading dimensions are batches (rule 7.1): ``a`` (..., m, k) with a 2-D ``b``
+    gives (..., m, n) with the bits of the reshaped 2-D call; a ``b`` with leading
+    dimensions multiplies batch by batch, broadcasting as numpy's ``matmul``.
+    Inputs: buffers, ``__array_interface__`` or DLPack tensors (torch, JAX, ...)."""
+    return _run_f32_nd("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",),
+                       unexpected)
 
 
 def matmul_bf16(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected):
     """bf16f32.v1: b is bf16 bits (uint16), a is float32 or bf16 bits; the bits equal
     ``matmul`` on the exactly widened operands (widening happens in the packing)."""
-    return _run_f32("matmul_bf16", a, b, transpose_a, transpose_b, out,
-                    ("float32", "uint16"), ("uint16",), unexpected)
+    return _run_f32_nd("matmul_bf16", a, b, transpose_a, transpose_b, out,
+                       ("float32", "uint16"), ("uint16",), unexpected)
+
+
+def _broadcast(func, sa, sb):
+    """numpy's broadcast of two batch shapes, or a ValueError naming both."""
+    n = max(len(sa), len(sb))
+    pa = (1,) * (n - len(sa)) + tuple(sa)
+    pb = (1,) * (n - len(sb)) + tuple(sb)
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(
+                f"mojolearn: {func}: the batch dimensions of a {tuple(sa)} and b {tuple(sb)} "
+                "do not broadcast (numpy's rule: equal, or one of them 1)"
+            )
+        out.append(max(x, y) if x and y else 0)
+    return tuple(out), pa, pb
+
+
+def _batch_offsets(batch, pshape):
+    """For every batch index (C order), the matrix index in an operand of batch shape
+    ``pshape`` (1 where it broadcasts)."""
+    strides, s = [], 1
+    for d in reversed(pshape):
+        strides.append(s if d != 1 else 0)
+        s *= d
+    strides.reverse()
+    idx = [0]
+    for d, st in zip(batch, strides):
+        idx = [i + j * st for i in idx for j in range(d)]
+    return idx
+
+
+def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extra):
+    """``_run_f32`` with leading batch dimensions (rule 7.1); 2-D calls go straight
+    through. Each operand is read once (a DLPack capsule can only be consumed once)."""
+    from ._buffers import read
+
+    _no_extra(func, extra, "(a, b, *, transpose_a=False, transpose_b=False, out=None)")
+
+    ra = read(a, func=func, arg="a")
+    rb = read(b, func=func, arg="b")
+    if ra.ndim <= 2 and rb.ndim <= 2:
+        return _run_f32(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_dtypes, {})
+    transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
+    ab = buf(ra, func, "a", a_dtypes)
+    bb = buf(rb, func, "b", b_dtypes)
+    for name, x in (("a", ab), ("b", bb)):
+        if x.ndim < 2:
+            raise ValueError(
+                f"mojolearn: {func}: {name} must be at least 2-D when the other operand has "
+                f"batch dimensions, got {x.ndim}-D with shape {x.shape}"
+            )
+    m, n, k = _shapes(func, ab.shape[-2:], bb.shape[-2:], transpose_a, transpose_b)
+    batch, pa, pb = _broadcast(func, ab.shape[:-2], bb.shape[:-2])
+    shape = batch + (m, n)
+    if out is None:
+        res, ob = empty("float32", shape, func=func, zero=False), None
+    else:
+        res, ob = out, out_buf(out, func, "float32", shape)
+    _no_overlap(func, ob, (("a", ab), ("b", bb)))
+    caddr = ob.addr if ob is not None else res.address
+    nb = 1
+    for d in batch:
+        nb *= d
+    if not (m and n and nb):
+        return res
+    a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
+    if bb.ndim == 2 and not transpose_a:
+        # rows of every batch are rows of one (batch*m, k) product: the same bits (6.5)
+        calls = [(ab.addr, bb.addr, caddr, nb * m)]
+    else:
+        sa, sb = m * k * ab.itemsize, k * n * bb.itemsize
+        ia, ib = _batch_offsets(batch, pa), _batch_offsets(batch, pb)
+        calls = [(ab.addr + i * sa, bb.addr + j * sb, caddr + t * m * n * 4, m)
+                 for t, (i, j) in enumerate(zip(ia, ib))]
+    threads = get_num_threads()
+    for pa_, pb_, pc_, rows in calls:
+        wa, wn = _ws()
+        need = native().gemm_f32((
+            pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b), a16, b16,
+            threads, _SABOTAGE, wa, wn,
+        ))
+        if need > wn:
+            _ws_fit(need)
+    return res
 
 
 def _int_operand(func, x, arg, nplanes):

@@ -498,3 +498,8 @@ def load(path, numeric_profile=None) -> Checkpoint:
                 f"tensors only; convert the file's tensors to one of these first"
             )
     return Checkpoint(weights, profile)
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)

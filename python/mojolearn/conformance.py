@@ -479,3 +479,14 @@ def main(argv=None) -> int:
         lane, fx = key.rsplit(":", 1)
         print(f"MISMATCH lane={lane} fixture={fx} golden={want} got={got}")
     return 1 if mism else 0
+
+__all__ = ["run", "main", "diff", "lanes", "model_lanes", "load_golden", "column", "box",
+           "part_hash", "matrix", "bf16_matrix", "identity_checks", "model_identity_checks",
+           "model_logits", "model_weights", "FIXTURES", "IDENTITY_THREADS", "IDENTITY_LANES",
+           "IDENTITY_FIXTURES", "MODEL_CONFIG", "MODEL_LANES", "MODEL_IDS", "INT_LARGE_K",
+           "GOLDEN_CANDIDATES"]
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)

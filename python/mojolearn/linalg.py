@@ -44,3 +44,8 @@ __all__ = [
     "quantize_int15", "dequantize_int15", "INT8_MAX_K", "INT15_MAX_K",
     "PROFILE_NAMES", "backend",
 ]
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)

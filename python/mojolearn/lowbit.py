@@ -389,3 +389,8 @@ def unpack(weights, what: str = "weights"):
 
 
 materialize = unpack
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)

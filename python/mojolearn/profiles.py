@@ -673,3 +673,8 @@ def set_default_profile(name, use="inference") -> str:
 
 
 _load_measured(_results_dirs())
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)

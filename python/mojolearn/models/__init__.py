@@ -17,3 +17,8 @@ from .tokenizer import Tokenizer
 
 __all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
            "SUPPORTED", "WEIGHT_FORMATS"]
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)

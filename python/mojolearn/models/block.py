@@ -210,3 +210,6 @@ class TransformerBlock:
         if B and L:
             self._layer.forward(xs, B, L, 0, kt, vc, self._rope)
         return xs.reshape(B, L, self.d)
+
+__all__ = ["TransformerBlock", "Layer", "Proj", "WEIGHT_FORMATS", "MAX_POSITIONS",
+           "check_weight_format", "check_max_positions"]

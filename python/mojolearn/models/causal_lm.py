@@ -281,3 +281,5 @@ class CausalLM:
         st.v[...] = v
         st.length = length
         return st
+
+__all__ = ["CausalLM", "GenerationState"]

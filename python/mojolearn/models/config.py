@@ -174,3 +174,5 @@ class ModelConfig:
         return (f"{self.model_type}:{self.vocab_size}:{self.hidden_size}:{self.intermediate_size}:"
                 f"{self.num_hidden_layers}:{self.num_attention_heads}:{self.num_key_value_heads}:"
                 f"{self.head_dim}")
+
+__all__ = ["ModelConfig", "SUPPORTED", "MAX_ROPE_POSITIONS", "MAX_HEAD_DIM"]

@@ -254,3 +254,6 @@ def check_weights(cfg: ModelConfig, weights: dict, where: str):
         if tuple(w.shape) != shape:
             raise ValueError(f"mojolearn: {where}: tensor {name!r} has shape {tuple(w.shape)}, "
                              f"the config needs {shape}")
+
+__all__ = ["read_model", "read_hf_dir", "read_gguf", "read_safetensors", "gguf_config",
+           "expected_shapes", "check_weights", "kind_is"]

@@ -92,3 +92,5 @@ class Tokenizer:
             raise ValueError(f"mojolearn: the tokenizer {self.source!r} has {self.vocab_size} "
                              f"tokens but the model's vocabulary has {v}: they do not belong "
                              f"together")
+
+__all__ = ["Tokenizer"]

@@ -1,0 +1,318 @@
+"""mojolearn.torch: torch's matrix products under fp32.v1, with one line.
+
+    import mojolearn.torch
+    with mojolearn.torch.identical():        # or enable() / disable()
+        logits = model(ids).logits           # every float32 CPU product is fp32.v1
+
+WHAT IT DOES
+    Registers, through ``torch.library``, CPU kernels for the aten products
+    (``COVERED``). ``nn.Linear``, ``torch.matmul`` (its 2-D and batched paths) and
+    ``@`` decompose into them, so any ``nn.Module`` computes its products under
+    ``mojolearn.identical.gemm.fp32.v1``. The backward products of autograd are the
+    same kernels (dA = dC @ B^T and dB = A^T @ dC are ``aten::mm`` / ``aten::bmm``
+    calls), so a training step's products are identical too. Operands are read
+    through DLPack without a copy (a transposed operand, such as ``weight.t()``, is
+    passed as the transpose flag: same bits, rule 6.5); results come back as torch
+    tensors sharing the result's memory.
+
+ADDMM / BADDBMM (rule 10.2 of the fp32 contract)
+    ``beta * bias + alpha * (A @ B)`` is computed for ``alpha = 1`` and
+    ``beta`` 0 (the bias is ignored, as torch does) or 1 (the bias add is one more
+    rounding: ``ftz(C + bias)``, a Mojo kernel). Other factors have no kernel in
+    this version and are refused by name: nothing is computed in torch's arithmetic.
+
+WHAT FALLS THROUGH, WHAT IS REFUSED
+    Tensors that are not float32 (float64, complex, bfloat16, integers) fall through
+    to torch's own kernels unchanged. Float32 products this version does not compute
+    (``REFUSED``: ``addmv``, ``addbmm``, ``addr``, torch's fused CPU attention
+    kernel) raise ValueError by name. While the mode is on, torch's CPU
+    ``scaled_dot_product_attention`` takes its math path, whose products are
+    ``aten::bmm``.
+
+ELEMENTWISE
+    ``aten::silu`` (float32) runs the models' SiLU kernel (rule M-17 of the ops
+    contract), whose bits do not depend on how torch splits the work between
+    threads (torch's own vectorised silu does). softmax, log_softmax and the pieces
+    of transformers' RMSNorm (pow, mean, rsqrt, mul) stay torch's: they have no
+    generic kernel here yet. On the tiny Llama models of the tests these remaining
+    ops gave the same bits for 1 and 2 threads and alone versus in a batch; that is
+    measured, not promised.
+
+SCOPE
+    The registration is process-wide (every thread), like any ``torch.library``
+    kernel; ``disable()`` restores torch's kernels. CUDA/ROCm tensors are not
+    covered in this version (no GPU build accepts device memory): they run torch's
+    kernels.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+
+import torch as _torch
+
+from . import linalg as _linalg
+from ._native_loader import native as _native
+from ._threads import get_num_threads as _threads
+
+__all__ = ["identical", "enable", "disable", "is_enabled", "COVERED", "REFUSED",
+           "ELEMENTWISE_COVERED", "calls"]
+
+COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::bmm",
+           "aten::bmm.out", "aten::baddbmm", "aten::mv", "aten::dot")
+REFUSED = ("aten::addmv", "aten::addbmm", "aten::addr",
+           "aten::_scaled_dot_product_flash_attention_for_cpu")
+ELEMENTWISE_COVERED = ("aten::silu",)
+
+_lock = threading.RLock()
+_lib = None
+_orig: dict = {}
+_saved_flash = None
+_calls = {"mojolearn": 0, "fallthrough": 0}
+
+
+def calls() -> dict:
+    """How many product calls the mode computed and let fall through (for tests)."""
+    return dict(_calls)
+
+
+def _ours(*ts) -> bool:
+    for t in ts:
+        if not isinstance(t, _torch.Tensor):
+            return False
+        if t.dtype != _torch.float32 or t.device.type != "cpu" or t.layout != _torch.strided:
+            return False
+    return True
+
+
+def _operand(x):
+    """(tensor, transposed): a batch of transposed contiguous matrices is passed as
+    its contiguous transpose with the flag (no copy; same bits by rule 6.5)."""
+    x = x.detach()
+    if x.dim() >= 2 and not x.is_contiguous():
+        xt = x.transpose(-1, -2)
+        if xt.is_contiguous():
+            return xt, True
+    return x, False
+
+
+def _product(a, b):
+    """fp32.v1 of a @ b (2-D or batched) as a mojolearn.Array."""
+    a, ta = _operand(a)
+    b, tb = _operand(b)
+    if ta and tb:  # one flag at a time (rule 7): the other operand is byte-copied
+        a, ta = a.transpose(-1, -2), False
+    return _linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
+
+
+def _tensor(arr):
+    return _torch.from_dlpack(arr)
+
+
+def _fall(name, ks, *args, **kwargs):
+    _calls["fallthrough"] += 1
+    return _orig[name].call_boxed(ks, *args, **kwargs)
+
+
+def _bias_add(c, bias, op):
+    """c (an Array (..., m, n)) += bias, in place: ftz(c + bias) by the nn_add kernel."""
+    shape = tuple(c.shape)
+    n = shape[-1]
+    rows = c.size // n if n else 0
+    b = bias.detach()
+    try:
+        if b.dim() >= 1 and b.shape[-1] == n and b.stride(-1) == 1 and b.numel() == n:
+            y, ldy = b, 0          # one row added to every row
+        else:
+            y, ldy = b.expand(shape).contiguous(), n  # a byte copy of the broadcast
+    except RuntimeError:
+        raise ValueError(
+            f"mojolearn.torch: {op}: the bias of shape {tuple(bias.shape)} does not broadcast "
+            f"to the product's shape {shape}"
+        ) from None
+    if rows and n:
+        _native().nn_add((c.address, n, y.data_ptr(), ldy, c.address, n, n, rows, _threads()))
+    return c
+
+
+def _factors(op, beta, alpha):
+    if alpha != 1 or beta not in (0, 1) or isinstance(beta, complex) or isinstance(alpha, complex):
+        raise ValueError(
+            f"mojolearn.torch: {op} with beta={beta!r}, alpha={alpha!r}: under fp32.v1 only "
+            "alpha = 1 with beta = 0 or 1 is computed (rule 10.2); scale the operands "
+            "yourself, or call it outside mojolearn.torch.identical()"
+        )
+
+
+def _mm(ks, a, b):
+    if not _ours(a, b) or a.dim() != 2 or b.dim() != 2:
+        return _fall("mm", ks, a, b)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a, b))
+
+
+def _bmm(ks, a, b):
+    if not _ours(a, b) or a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
+        return _fall("bmm", ks, a, b)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a, b))
+
+
+def _addmm(ks, bias, a, b, *, beta=1, alpha=1):
+    if not _ours(bias, a, b) or a.dim() != 2 or b.dim() != 2:
+        return _fall("addmm", ks, bias, a, b, beta=beta, alpha=alpha)
+    _factors("aten::addmm", beta, alpha)
+    _calls["mojolearn"] += 1
+    c = _product(a, b)
+    if beta == 1:
+        _bias_add(c, bias, "aten::addmm")
+    return _tensor(c)
+
+
+def _baddbmm(ks, bias, a, b, *, beta=1, alpha=1):
+    if not _ours(bias, a, b) or a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
+        return _fall("baddbmm", ks, bias, a, b, beta=beta, alpha=alpha)
+    _factors("aten::baddbmm", beta, alpha)
+    _calls["mojolearn"] += 1
+    c = _product(a, b)
+    if beta == 1:
+        _bias_add(c, bias, "aten::baddbmm")
+    return _tensor(c)
+
+
+def _mv(ks, a, v):
+    if not _ours(a, v) or a.dim() != 2 or v.dim() != 1:
+        return _fall("mv", ks, a, v)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a, v.unsqueeze(1))).reshape(a.shape[0])
+
+
+def _dot(ks, a, b):
+    if not _ours(a, b) or a.dim() != 1 or b.dim() != 1 or a.shape != b.shape:
+        return _fall("dot", ks, a, b)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a.unsqueeze(0), b.unsqueeze(1))).reshape(())
+
+
+_ones = None
+
+
+def _silu(ks, x):
+    """silu(x) by the models' SiLU kernel (rule M-17: silu_mul with u = 1, and
+    mul(s, 1) = s exactly): bits independent of thread count and batch."""
+    global _ones
+    if not _ours(x) or x.dim() == 0:
+        return _fall("silu", ks, x)
+    _calls["mojolearn"] += 1
+    x = x.detach().contiguous()
+    out = _torch.empty_like(x)
+    n = x.shape[-1]
+    rows = x.numel() // n if n else 0
+    if rows and n:
+        if _ones is None or _ones.numel() < x.numel():
+            _ones = _torch.ones(max(x.numel(), 1 << 16))
+        _native().nn_silu_mul((x.data_ptr(), _ones.data_ptr(), n, out.data_ptr(), n, n, rows,
+                               _threads()))
+    return out
+
+
+def _out_variant(name, compute):
+    def kernel(ks, *args, out, **kwargs):
+        if not _ours(out, *[x for x in args if isinstance(x, _torch.Tensor)]):
+            return _fall(name, ks, *args, out=out, **kwargs)
+        r = compute(ks, *args, **kwargs)   # a fresh result, so out may alias an input
+        if out.shape != r.shape:
+            out.resize_(r.shape)
+        out.copy_(r)                      # float32 to float32: a byte copy
+        return out
+    return kernel
+
+
+def _refuse(name):
+    def kernel(ks, *args, **kwargs):
+        ts = [x for x in args if isinstance(x, _torch.Tensor)]
+        if not any(t.dtype == _torch.float32 for t in ts):
+            return _fall(name, ks, *args, **kwargs)
+        raise ValueError(
+            f"mojolearn.torch: aten::{name} on float32 has no fp32.v1 kernel in this "
+            "version, and the mode never computes a product in another arithmetic; "
+            + ("use attn_implementation='eager' (or sdpa's math path) for the model"
+               if "attention" in name else
+               "write it with mm/bmm/addmm, or call it outside mojolearn.torch.identical()")
+        )
+    return kernel
+
+
+_KERNELS = {
+    "mm": _mm,
+    "mm.out": _out_variant("mm.out", _mm),
+    "bmm": _bmm,
+    "bmm.out": _out_variant("bmm.out", _bmm),
+    "addmm": _addmm,
+    "addmm.out": _out_variant("addmm.out", _addmm),
+    "baddbmm": _baddbmm,
+    "mv": _mv,
+    "dot": _dot,
+    "silu": _silu,
+    "addmv": _refuse("addmv"),
+    "addbmm": _refuse("addbmm"),
+    "addr": _refuse("addr"),
+    "_scaled_dot_product_flash_attention_for_cpu":
+        _refuse("_scaled_dot_product_flash_attention_for_cpu"),
+}
+
+
+def is_enabled() -> bool:
+    return _lib is not None
+
+
+def enable() -> None:
+    """Register the kernels (process-wide) until ``disable()``."""
+    global _lib, _saved_flash
+    with _lock:
+        if _lib is not None:
+            return
+        for name in _KERNELS:
+            if name not in _orig:
+                _orig[name] = _torch.library.get_kernel(f"aten::{name}", "CPU")
+        lib = _torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, fn in _KERNELS.items():
+                lib.impl(name, fn, "CPU", with_keyset=True)
+        _saved_flash = _torch.backends.cuda.flash_sdp_enabled()
+        _torch.backends.cuda.enable_flash_sdp(False)  # CPU sdpa then takes its math path (bmm)
+        _lib = lib
+
+
+def disable() -> None:
+    """Restore torch's own kernels."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            return
+        _lib._destroy()
+        _lib = None
+        if _saved_flash is not None:
+            _torch.backends.cuda.enable_flash_sdp(_saved_flash)
+
+
+@contextlib.contextmanager
+def identical():
+    """``with mojolearn.torch.identical():`` every float32 CPU product inside runs
+    fp32.v1, including the products of a ``backward()`` called inside. Nests;
+    restores the state it found."""
+    with _lock:
+        was = is_enabled()
+        enable()
+    try:
+        yield
+    finally:
+        if not was:
+            disable()
+
+
+def __dir__():
+    """dir() shows the public API (__all__), not the module's imports."""
+    return sorted(__all__)
