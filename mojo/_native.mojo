@@ -21,6 +21,7 @@ from convert.cpu.quant import (
 )
 from gemm.cpu.entry import register_gemm
 from transformer.cpu.entry import register_nn
+from transformer.gpu.cpu_run import register_nn_gpu_reference
 from gpu.cpu_run import register_gpu_reference
 
 
@@ -268,6 +269,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[mxcsr]("mxcsr")
         register_gemm(m)
         register_nn(m)
+        register_nn_gpu_reference(m)
         register_gpu_reference(m)
         return m.finalize()
     except e:

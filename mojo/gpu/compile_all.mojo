@@ -35,6 +35,15 @@ from gpu.kernels import (
     dequantize_int15_kernel,
 )
 
+from transformer.gpu.kernels import (
+    rmsnorm_kernel,
+    silu_mul_kernel,
+    add_kernel,
+    rope_table_kernel,
+    rope_kernel,
+    attention_kernel,
+)
+
 comptime F32 = DType.float32
 comptime BF = DType.uint16
 
@@ -116,6 +125,13 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[quantize_int15_kernel, tgt]("quantize_int15", kind, t)
     _one[dequantize_int8_kernel, tgt]("dequantize_int8", kind, t)
     _one[dequantize_int15_kernel, tgt]("dequantize_int15", kind, t)
+    # the transformer ops (contracts/ops)
+    _one[rmsnorm_kernel, tgt]("rmsnorm", kind, t)
+    _one[silu_mul_kernel, tgt]("silu_mul", kind, t)
+    _one[add_kernel, tgt]("add", kind, t)
+    _one[rope_table_kernel, tgt]("rope_table", kind, t)
+    _one[rope_kernel, tgt]("rope", kind, t)
+    _one[attention_kernel, tgt]("attention", kind, t)
     return t^
 
 
