@@ -10,7 +10,7 @@ from std.os import abort
 from max.algorithm import parallelize
 
 from common.ptr import ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32, ptr_i64, ptr_u8
-from common.fpstate import enter_contract_mode, leave_contract_mode, read_mxcsr
+from common.fpstate import enter_contract_mode, leave_contract_mode, read_mxcsr, write_mxcsr
 from common.tasks import chunk_bounds
 from convert.cpu.bf16 import narrow_chunk, widen_chunk
 from convert.cpu.quant import (
@@ -255,6 +255,14 @@ def mxcsr(args: PythonObject) raises -> PythonObject:
     return PythonObject(Int(read_mxcsr()))
 
 
+def mxcsr_set(args: PythonObject) raises -> PythonObject:
+    """Tests only: set the calling thread's MXCSR (e.g. with traps unmasked) and
+    return the previous value."""
+    var old = read_mxcsr()
+    write_mxcsr(Int32(_arg(args, 0)))
+    return PythonObject(Int(old))
+
+
 @export
 def PyInit__native() abi("C") -> PythonObject:
     try:
@@ -267,6 +275,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[dequantize_int15]("dequantize_int15")
         m.def_function[strided_copy]("strided_copy")
         m.def_function[mxcsr]("mxcsr")
+        m.def_function[mxcsr_set]("mxcsr_set")
         register_gemm(m)
         register_nn(m)
         register_nn_gpu_reference(m)

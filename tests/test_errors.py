@@ -337,3 +337,61 @@ def test_out_overlapping_an_input_is_refused():
         linalg.matmul(big[:4], b, out=big[2:6])
     c = linalg.matmul(a, b, out=big[4:])  # adjacent, not overlapping: fine
     assert np.asarray(c).sum() == 64.0
+
+
+def test_kernels_mask_fp_traps_of_the_calling_thread():
+    """8: a host thread with floating-point traps unmasked (invalid, overflow, divide)
+    gets inf/NaN results from the kernels, not SIGFPE, and its MXCSR back unchanged."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import math
+        import mojolearn
+        from mojolearn import linalg
+        from mojolearn._native_loader import native
+        mojolearn.set_num_threads(1)
+        inf = float("inf")
+        import array
+        a = array.array("f", [inf, 0.0, 3e38, 1.0])
+        b = array.array("f", [0.0, 1.0, 3e38, 1.0])
+        m = memoryview(a).cast("B").cast("f", (2, 2))
+        n = memoryview(b).cast("B").cast("f", (2, 2))
+        old = native().mxcsr(())
+        trapping = old & ~(0x80 | 0x200 | 0x400)  # unmask invalid, divide-by-zero, overflow
+        native().mxcsr_set((trapping,))
+        c = linalg.matmul(m, n)
+        after = native().mxcsr(())
+        native().mxcsr_set((old,))
+        vals = c.tolist()
+        assert math.isnan(vals[0][0]) and math.isinf(vals[0][1]), vals
+        assert after & 0xFFC0 == trapping & 0xFFC0, (hex(after), hex(trapping))
+        print("ok")
+    """)
+    import os
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+def test_release_workspace_frees_and_bounds():
+    """6.5: the per-thread packing workspace is bounded (64 MiB) and released on request;
+    products after a release give the same bits."""
+    import numpy as np
+    from mojolearn import linalg, _gemm
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((300, 700)).astype(np.float32)
+    b = rng.standard_normal((700, 500)).astype(np.float32)
+    c1 = np.asarray(linalg.matmul(a, b)).copy()
+    assert _gemm._ws()[1] > 0
+    assert linalg.release_workspace() > 0
+    assert _gemm._ws() == (0, 0)
+    assert linalg.release_workspace() == 0
+    assert np.array_equal(np.asarray(linalg.matmul(a, b)).view(np.uint32), c1.view(np.uint32))
+    _gemm._ws_fit(_gemm._WS_CACHE_MAX + 1)  # larger than the bound: not kept
+    assert _gemm._ws()[1] <= _gemm._WS_CACHE_MAX

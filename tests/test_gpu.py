@@ -9,7 +9,7 @@ Two halves:
   per-thread bodies (mojo/gpu/threads.mojo) in CPU loops shaped like the launches
   (leaves pass into parts[leaf][i][j], then the tree pass; the register-tiled
   leaves kernel for m >= 16 and n >= 64, as on the GPU). They are compared with
-  the independent oracle (tests/oracle.py) bit for bit: fp32.v1 rules 1-6 in NN,
+  the independent oracle (tests/oracle.py) bit for bit: fp32.v1 rules 6.1 6.2 6.3 6.4 6.5 6.6 in NN,
   NT and TN, bf16f32.v1, int8i32.v1, int15i64.v1, L-1/L-2 (bf16), L-3/L-4/W-1..W-3
   (quantize), L-6 (dequantize). Where NaN can appear only "NaN in both" is
   required for the GEMMs (payloads are not promised, fp32.v1 rule 6); the bf16
@@ -235,7 +235,7 @@ def test_f32_edge_values(ref, layout, kind, shape):
 @pytest.mark.parametrize("shape", [(16, 64, 129), (37, 70, 300), (33, 129, 257), (40, 97, 1)])
 def test_f32_tiled_kernel(ref, layout, shape):
     """The register-tiled leaves kernel (m >= 16 and n >= 64; 4 x 4 outputs a
-    thread, edge tiles partly outside C) gives the simple kernel's bits: rules 1-6
+    thread, edge tiles partly outside C) gives the simple kernel's bits: rules 6.1 6.2 6.3 6.4 6.5 6.6
     on edge values, float32 and bf16 operands."""
     m, n, k = shape
     rng = np.random.default_rng(zlib.crc32(f"tiled{shape}{layout}".encode()))

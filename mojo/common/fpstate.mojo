@@ -10,6 +10,7 @@ from std.sys import llvm_intrinsic, CompilationTarget
 comptime MXCSR_DAZ: Int32 = 0x40
 comptime MXCSR_FTZ: Int32 = 0x8000
 comptime MXCSR_RC_MASK: Int32 = 0x6000
+comptime MXCSR_EXC_MASKS: Int32 = 0x1F80  # invalid, denormal, /0, overflow, underflow, inexact
 
 
 @always_inline
@@ -30,9 +31,15 @@ def write_mxcsr(v: Int32):
 
 @always_inline
 def enter_contract_mode() -> Int32:
-    """Set DAZ on, FTZ off, round-to-nearest; return the old MXCSR."""
+    """Set DAZ on, FTZ off, round-to-nearest, every exception masked (inf and NaN
+    are results here, never traps); return the old MXCSR. The kernels' bits need DAZ:
+    a build for a target without this state is refused at compile time."""
+    comptime assert CompilationTarget.is_x86(), (
+        "mojolearn's CPU kernels need x86 MXCSR (DAZ on, FTZ off); this target has no "
+        "implementation of that state yet"
+    )
     var old = read_mxcsr()
-    write_mxcsr(((old | MXCSR_DAZ) & ~MXCSR_FTZ) & ~MXCSR_RC_MASK)
+    write_mxcsr((((old | MXCSR_DAZ) & ~MXCSR_FTZ) & ~MXCSR_RC_MASK) | MXCSR_EXC_MASKS)
     return old
 
 

@@ -28,7 +28,15 @@ _SABOTAGE = 0
 # cost page faults on every call). The kernel reports the size it needed; a buffer
 # that was too small is replaced for the next call (the kernel used a temporary one).
 _tls = threading.local()
-_WS_CACHE_MAX = 512 * 1024 * 1024
+_WS_CACHE_MAX = 64 * 1024 * 1024  # a call that needs more gets a temporary one
+
+
+def release_workspace() -> int:
+    """Free this thread's cached packing workspace; returns the bytes released. The
+    next product allocates again (at most 64 MiB is ever kept per thread)."""
+    w = getattr(_tls, "ws", None)
+    _tls.ws = None
+    return 0 if w is None else len(w)
 
 
 def _ws():

@@ -6,6 +6,10 @@ THE PROFILES (contracts/gemm/)
     matmul_int8   mojolearn.identical.gemm.int8i32.v1  int8 codes, exact integer sum
     matmul_int15  mojolearn.identical.gemm.int15i64.v1 15-bit codes, exact integer sum
 
+The numeric profile (mojolearn.profiles) is never read here: these functions always
+compute the profile their name says. The model classes (mojolearn.models) choose a
+profile and call the matching function.
+
 THE CONVERTERS
     to_bf16 / from_bf16, quantize_int8 / dequantize_int8, quantize_int15 /
     dequantize_int15.
@@ -21,6 +25,7 @@ from ._convert import (
     quantize_int15,
     to_bf16,
 )
+from ._gemm import release_workspace
 from ._gemm import INT8_MAX_K, INT15_MAX_K, matmul, matmul_bf16, matmul_int8, matmul_int15
 
 PROFILE_NAMES = {
@@ -32,7 +37,8 @@ PROFILE_NAMES = {
 
 
 def backend() -> str:
-    """Which backend serves these calls: "cpu" in this build (no silent fallback)."""
+    """Which backend serves these calls: "cpu", or on a GPU build with a GPU in use
+    "cuda", "hip" or "metal" (see mojolearn.set_device; never a silent fallback)."""
     from ._device import vendor
 
     return vendor()
@@ -42,7 +48,7 @@ __all__ = [
     "matmul", "matmul_bf16", "matmul_int8", "matmul_int15",
     "to_bf16", "from_bf16", "quantize_int8", "dequantize_int8",
     "quantize_int15", "dequantize_int15", "INT8_MAX_K", "INT15_MAX_K",
-    "PROFILE_NAMES", "backend",
+    "PROFILE_NAMES", "backend", "release_workspace",
 ]
 
 

@@ -4,7 +4,7 @@ narrow: DAZ, then NaN -> (b >> 16) | 0x0040, else round to nearest even on the b
         (b + 0x7FFF + ((b >> 16) & 1)) >> 16 (overflow rounds to inf).
 widen:  bits << 16, exactly, no flush.
 Pure integer SIMD; the floating-point state does not matter here. Called by the
-dispatch in convert/__init__.mojo over one contiguous chunk per task.
+entries in mojo/_native.mojo (to_bf16, from_bf16), one contiguous chunk per task.
 """
 from std.sys import simd_width_of
 from common.ptr import U32Ptr, U16Ptr
