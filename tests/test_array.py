@@ -229,3 +229,51 @@ def test_native_memoryview_indexes_without_copy():
     assert mv[1, 0] == 3.0
     mv[0, 1] = 7.5
     assert a.tolist() == [[1.0, 7.5], [3.0, 4.0]]
+
+
+def test_array_interface_only_input_is_read_from_a_copy():
+    """6.5: memory known only through __array_interface__ cannot be pinned while the
+    kernel runs without the GIL, so the kernel reads a copy made under the GIL: another
+    thread overwriting (or freeing) the source during the product changes nothing. As
+    out, such an object receives the finished product (copied under the GIL)."""
+    import ctypes
+    import threading
+    import time
+
+    rng = np.random.default_rng(0)
+    n = 1200
+    src = rng.standard_normal((n, n)).astype(np.float32)
+    raw = (ctypes.c_float * (n * n))()
+    ctypes.memmove(raw, src.ctypes.data, src.nbytes)
+
+    class Iface:
+        def __init__(self):
+            self.__array_interface__ = {"version": 3, "shape": (n, n), "typestr": "<f4",
+                                        "data": (ctypes.addressof(raw), False)}
+
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    want = np.asarray(linalg.matmul(src, b)).copy()
+    started = threading.Event()
+
+    def scribble():
+        started.wait()
+        time.sleep(0.005)
+        ctypes.memset(raw, 0x7F, ctypes.sizeof(raw))  # the owner reuses its memory
+
+    t = threading.Thread(target=scribble)
+    t.start()
+    started.set()
+    got = np.asarray(linalg.matmul(Iface(), b))
+    t.join()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    o = Iface2()
+    r = linalg.matmul(src[:2, :2].copy(), b[:2, :2].copy(), out=o)
+    assert r is o
+    assert np.array_equal(o._a.view(np.uint32),
+                          np.asarray(linalg.matmul(src[:2, :2].copy(), b[:2, :2].copy())).view(np.uint32))
+
+
+class Iface2:
+    def __init__(self):
+        self._a = np.zeros((2, 2), dtype=np.float32)
+        self.__array_interface__ = dict(self._a.__array_interface__)

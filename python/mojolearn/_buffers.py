@@ -61,15 +61,19 @@ _TYPESTR_KIND = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "compl
 class Buf:
     """A read view of a caller's memory (see module docstring)."""
 
-    __slots__ = ("addr", "dtype", "shape", "strides", "readonly", "keep")
+    __slots__ = ("addr", "dtype", "shape", "strides", "readonly", "keep", "pinned")
 
-    def __init__(self, addr, dtype, shape, strides, readonly, keep):
+    def __init__(self, addr, dtype, shape, strides, readonly, keep, pinned=True):
         self.addr = addr
         self.dtype = dtype
         self.shape = shape
         self.strides = strides
         self.readonly = readonly
         self.keep = keep
+        # False for memory known only through __array_interface__: nothing stops its
+        # owner from freeing it while a kernel runs without the GIL, so the kernels
+        # read a copy made under the GIL (and never write such memory as out)
+        self.pinned = pinned
 
     @property
     def ndim(self) -> int:
@@ -276,7 +280,8 @@ def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
                 strides.append(s)
                 s *= d
             st = tuple(reversed(strides))
-        return Buf(int(data[0]), dtype, shape, tuple(int(s) for s in st), bool(data[1]), obj)
+        return Buf(int(data[0]), dtype, shape, tuple(int(s) for s in st), bool(data[1]), obj,
+                   pinned=False)
     what = ("a buffer, a DLPack tensor or nested lists" if lists else
             "a buffer or DLPack tensor (numpy array, torch tensor, memoryview, array.array, mojolearn.Array)")
     raise TypeError(f"mojolearn: {func}: {arg} must be {what}, got {type(obj).__name__}")

@@ -125,6 +125,24 @@ def _out(func, out, m, n):
     return out_buf(out, func, "float32", (m, n))
 
 
+def _staged_out(func, out, compute):
+    """An ``out`` known only through __array_interface__ cannot be held while the kernel
+    writes it without the GIL: the product goes to a fresh result, checked against
+    ``out`` and copied into it afterwards, under the GIL. Any other out is passed on."""
+    if out is None:
+        return compute(None)
+    from ._buffers import read
+
+    o = read(out, func=func, arg="out")
+    if o.pinned:
+        return compute(out)
+    res = compute(None)
+    ob = out_buf(out, func, "float32", tuple(res.shape))
+    if res.size:
+        ctypes.memmove(ob.addr, res.address, res.nbytes)
+    return out
+
+
 def _result(func, out, ob, m, n):
     """The Array to return and the address the kernel writes."""
     if ob is not None:
@@ -175,15 +193,16 @@ def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected
     gives (..., m, n) with the bits of the reshaped 2-D call; a ``b`` with leading
     dimensions multiplies batch by batch, broadcasting as numpy's ``matmul``.
     Inputs: buffers, ``__array_interface__`` or DLPack tensors (torch, JAX, ...)."""
-    return _run_f32_nd("matmul", a, b, transpose_a, transpose_b, out, ("float32",), ("float32",),
-                       unexpected)
+    return _staged_out("matmul", out, lambda o: _run_f32_nd(
+        "matmul", a, b, transpose_a, transpose_b, o, ("float32",), ("float32",), unexpected))
 
 
 def matmul_bf16(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected):
     """bf16f32.v1: b is bf16 bits (uint16), a is float32 or bf16 bits; the bits equal
     ``matmul`` on the exactly widened operands (widening happens in the packing)."""
-    return _run_f32_nd("matmul_bf16", a, b, transpose_a, transpose_b, out,
-                       ("float32", "uint16"), ("uint16",), unexpected)
+    return _staged_out("matmul_bf16", out, lambda o: _run_f32_nd(
+        "matmul_bf16", a, b, transpose_a, transpose_b, o, ("float32", "uint16"), ("uint16",),
+        unexpected))
 
 
 def _broadcast(func, sa, sb):
@@ -369,10 +388,12 @@ def _no_extra(func, extra, takes):
 def matmul_int8(a, b, *, out=None, **unexpected):
     """int8i32.v1: ``a @ b.T``; each operand float32 (m,k)/(n,k) or (codes, exponents).
     Output ftz(f32(S) * pow2f(ea[i] + eb[j])) with S the exact integer sum; k <= 131072 (L-7)."""
-    return _int_gemm("matmul_int8", a, b, out, 1, INT8_MAX_K, "L-7", unexpected)
+    return _staged_out("matmul_int8", out, lambda o: _int_gemm(
+        "matmul_int8", a, b, o, 1, INT8_MAX_K, "L-7", unexpected))
 
 
 def matmul_int15(a, b, *, out=None, **unexpected):
     """int15i64.v1: ``a @ b.T``; each operand float32 or (hi, lo, exponents).
     Output as int8i32.v1 with 15-bit codes; k <= 65536 (W-4)."""
-    return _int_gemm("matmul_int15", a, b, out, 2, INT15_MAX_K, "W-4", unexpected)
+    return _staged_out("matmul_int15", out, lambda o: _int_gemm(
+        "matmul_int15", a, b, o, 2, INT15_MAX_K, "W-4", unexpected))

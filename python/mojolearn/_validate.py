@@ -38,8 +38,9 @@ def buf(obj, func: str, arg: str, dtypes: tuple, ndim: int | None = None, lists=
 
 
 def contiguous(b: Buf, func: str, arg: str) -> Buf:
-    """``b`` itself when C-contiguous, else a C-contiguous byte copy of it."""
-    if not b.c_contiguous and b.size:
+    """``b`` itself when C-contiguous and pinned, else a C-contiguous byte copy of it
+    (made while this thread holds the GIL)."""
+    if (not b.c_contiguous or not b.pinned) and b.size:
         b = read(to_array(b.keep, func=func, arg=arg), func=func, arg=arg)
     return b
 
@@ -55,4 +56,5 @@ def out_buf(out, func: str, dtype: str, shape: tuple) -> Buf:
         raise ValueError(f"mojolearn: {func}: out must be C-contiguous (it is written in place)")
     if b.readonly:
         raise ValueError(f"mojolearn: {func}: out is read-only")
+
     return b
