@@ -374,3 +374,20 @@ def test_out_and_noncontiguous(profile):
             spread.append(big[::2])
     assert_same_bits(fn(tuple(spread), b), exp, "strided codes/exponents")
     assert_same_bits(fn(a[::-1], b), exp[::-1], "negative steps")
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 5])
+def test_decode_rows_extreme_codes(m):
+    """W-2 W-4: the decode-rows path (m <= 4 streams B unpacked) with every code at
+    +-16383 (planes hi=-128, lo=1 and hi=127, lo=127): the exact sum across the
+    int32-to-int64 flush points, for k up to the domain edge; m = 5 takes the packed
+    path for comparison."""
+    for k in (16 * 7, 16 * 8 + 1, 16 * 9 + 5, 65536):
+        ah = np.full((m, k), -128, np.int8)
+        al = np.full((m, k), 1, np.int8)
+        bh = np.full((3, k), -128, np.int8)
+        bl = np.full((3, k), 1, np.int8)
+        bh[1, ::2], bl[1, ::2] = 127, 127
+        ea, eb = np.zeros(m, np.int32), np.array([0, -2, 1], np.int32)
+        got = linalg.matmul_int15((ah, al, ea), (bh, bl, eb))
+        assert_same_bits(got, O.gemm_int15(ah, al, ea, bh, bl, eb), f"m={m} k={k}")

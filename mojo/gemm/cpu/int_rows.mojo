@@ -1,0 +1,97 @@
+"""int8i32.v1 and int15i64.v1 for a few rows of A (decode shapes, m <= INT_ROWS_MAX):
+B's code planes are streamed row by row as stored, with no packing, so a weight
+matrix is read once per call and never rewritten (lowbit contract L-5/L-7, W-2/W-4).
+
+S[i, j] is the exact integer sum of code products (any order gives it): per row of B,
+the codes of 16 columns of k at a time (int15: hi * 128 + lo) times A's codes in int32
+lanes. Planes passed by a caller may hold any int8 values, so a code lies in
+[-16512, 16383] and |product| <= 16512**2; at most 7 steps per lane before the lane is
+moved into an int64 sum (7 * 16512**2 < 2**31). Output ftz(f32(S) * pow2f(ea + eb)),
+the int GEMM's epilogue.
+"""
+from std.memory import bitcast
+from std.memory.alloc import unsafe_alloc
+from std.sys import simd_width_of
+from common.ptr import F32Ptr, I8Ptr, I32Ptr
+from convert.cpu.quant import pow2f_bits
+from gemm.cpu.tree import ftz
+from gemm.cpu.int_gemm import IntArgs
+
+comptime INT_ROWS_MAX = 4
+comptime LW = 16  # int32 lanes per step
+comptime FLUSH = 7  # steps before an int32 lane could overflow (any int8 planes)
+
+
+@always_inline
+def _codes_b(g: IntArgs, j: Int, kk: Int) -> SIMD[DType.int32, LW]:
+    var hi = I8Ptr(unsafe_from_address=g.b_hi).unsafe_load[width=LW](j * g.k + kk).cast[DType.int32]()
+    if not g.int15:
+        return hi
+    var lo = I8Ptr(unsafe_from_address=g.b_lo).unsafe_load[width=LW](j * g.k + kk).cast[DType.int32]()
+    return hi * 128 + lo
+
+
+@always_inline
+def _code_b1(g: IntArgs, j: Int, kk: Int) -> Int64:
+    var hi = Int64(I8Ptr(unsafe_from_address=g.b_hi).unsafe_load(j * g.k + kk))
+    if not g.int15:
+        return hi
+    return hi * 128 + Int64(I8Ptr(unsafe_from_address=g.b_lo).unsafe_load(j * g.k + kk))
+
+
+def a_codes(g: IntArgs, dst: Pointer[Int32, MutAnyOrigin]):
+    """A's codes as int32 (m x k), once per call."""
+    var ah = I8Ptr(unsafe_from_address=g.a_hi)
+    var al = I8Ptr(unsafe_from_address=g.a_lo)
+    for t in range(g.m * g.k):
+        var c = Int32(ah.unsafe_load(t))
+        if g.int15:
+            c = c * 128 + Int32(al.unsafe_load(t))
+        dst.unsafe_store(t, c)
+
+
+def int_rows(g: IntArgs, ac: Pointer[Int32, MutAnyOrigin], j_lo: Int, j_hi: Int):
+    """C[:, j_lo:j_hi] for all m (<= INT_ROWS_MAX) rows."""
+    var c = F32Ptr(unsafe_from_address=g.c)
+    var ea = I32Ptr(unsafe_from_address=g.ea)
+    var eb = I32Ptr(unsafe_from_address=g.eb)
+    var kv = g.k // LW * LW
+    for j in range(j_lo, j_hi):
+        var s64 = SIMD[DType.int64, INT_ROWS_MAX](0)
+        var acc0 = SIMD[DType.int32, LW](0)
+        var acc1 = SIMD[DType.int32, LW](0)
+        var acc2 = SIMD[DType.int32, LW](0)
+        var acc3 = SIMD[DType.int32, LW](0)
+        var steps = 0
+        var kk = 0
+        while kk < kv:
+            var bv = _codes_b(g, j, kk)
+            acc0 += ac.unsafe_load[width=LW](kk) * bv
+            if g.m > 1:
+                acc1 += ac.unsafe_load[width=LW](g.k + kk) * bv
+            if g.m > 2:
+                acc2 += ac.unsafe_load[width=LW](2 * g.k + kk) * bv
+            if g.m > 3:
+                acc3 += ac.unsafe_load[width=LW](3 * g.k + kk) * bv
+            steps += 1
+            kk += LW
+            if steps == FLUSH or kk >= kv:
+                s64[0] += acc0.cast[DType.int64]().reduce_add()
+                s64[1] += acc1.cast[DType.int64]().reduce_add()
+                s64[2] += acc2.cast[DType.int64]().reduce_add()
+                s64[3] += acc3.cast[DType.int64]().reduce_add()
+                acc0 = SIMD[DType.int32, LW](0)
+                acc1 = SIMD[DType.int32, LW](0)
+                acc2 = SIMD[DType.int32, LW](0)
+                acc3 = SIMD[DType.int32, LW](0)
+                steps = 0
+        while kk < g.k:
+            var bc = _code_b1(g, j, kk)
+            for i in range(g.m):
+                s64[i] += Int64(ac.unsafe_load(i * g.k + kk)) * bc
+            kk += 1
+        for i in range(g.m):
+            var e = Int(ea.unsafe_load(i)) + Int(eb.unsafe_load(j))
+            var p2 = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(e)))
+            var out = ftz[1](SIMD[DType.float32, 1](s64[i].cast[DType.float32]()) * p2)
+            c.unsafe_store(i * g.n + j, out[0])
