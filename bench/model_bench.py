@@ -17,16 +17,21 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 _MEM_CHILD = r"""
-import json, resource, sys
+import json, sys
 import numpy as np
 sys.path.insert(0, sys.argv[4])
 from mojolearn.models import CausalLM
+
+def hwm():  # this process's peak resident set (kB); ru_maxrss would include the parent's
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+
 path, prof, fmt = sys.argv[1:4]
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm()
 lm = CausalLM.load(path, numeric_profile=prof, weight_format=fmt)
 lm.forward(np.arange(64)[None, :] % 1000)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"peak_kib": peak - base, "held_bytes": lm.nbytes()}))
+print(json.dumps({"peak_kib": hwm() - base, "held_bytes": lm.nbytes()}))
 """
 
 

@@ -134,7 +134,9 @@ def main(argv=None) -> int:
                     bootstrap=a.bootstrap, seed=a.seed, progress=lambda m: print(m, flush=True))
         r.update(model=model_name, text=name,
                  date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                 command="python -m mojolearn quality " + " ".join(argv if argv is not None else sys.argv[2:]))
+                 command="python -m mojolearn quality " + " ".join(
+                     Path(x).name if x == a.model else x
+                     for x in (argv if argv is not None else sys.argv[2:])))
         slug = f"quality-{model_name}-{name}".lower().replace(" ", "-")
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"{slug}.json").write_text(json.dumps(r, indent=1) + "\n")

@@ -41,33 +41,37 @@ def read_safetensors(path) -> dict:
     if not isinstance(header, dict):
         raise _corrupt(path, "header is not a JSON object")
     base = 8 + n
-    data = np.memmap(path, dtype=np.uint8, mode="r") if size > base else np.zeros(0, np.uint8)
     out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dt, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise _corrupt(path, f"tensor {name!r} has a malformed entry {t!r}") from None
-        if dt not in _ST_DTYPES:
-            raise ValueError(
-                f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} has dtype {dt}; "
-                f"model weights are read from F32, BF16 or F16 tensors only"
-            )
-        npdt, isz = _ST_DTYPES[dt]
-        count = int(np.prod(shape)) if shape else 1
-        if not (0 <= lo <= hi and base + hi <= size) or hi - lo != count * isz:
-            raise _corrupt(path, f"tensor {name!r} ({dt}, shape {shape}) lies at bytes "
-                                 f"[{lo}, {hi}) of a data section of {size - base} bytes")
-        raw = np.frombuffer(data, dtype=npdt, count=count, offset=base + lo).reshape(shape)
-        if dt == "F32":
-            arr = np.array(raw, dtype=np.float32)
-        elif dt == "BF16":
-            arr = K.from_bf16(np.ascontiguousarray(raw))
-        else:
-            arr = raw.astype(np.float32)  # float16 -> float32 is exact
-        out[name] = arr
+    with open(path, "rb") as f:
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                dt, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                raise _corrupt(path, f"tensor {name!r} has a malformed entry {t!r}") from None
+            if dt not in _ST_DTYPES:
+                raise ValueError(
+                    f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} has dtype {dt}; "
+                    f"model weights are read from F32, BF16 or F16 tensors only"
+                )
+            npdt, isz = _ST_DTYPES[dt]
+            count = int(np.prod(shape)) if shape else 1
+            if not (0 <= lo <= hi and base + hi <= size) or hi - lo != count * isz:
+                raise _corrupt(path, f"tensor {name!r} ({dt}, shape {shape}) lies at bytes "
+                                     f"[{lo}, {hi}) of a data section of {size - base} bytes")
+            # read straight into the array (no mapping of the file: its pages would be
+            # resident beside the copy and double the load's peak memory)
+            raw = np.empty(shape, dtype=npdt)
+            f.seek(base + lo)
+            if raw.nbytes and f.readinto(memoryview(raw).cast("B")) != raw.nbytes:
+                raise _corrupt(path, f"tensor {name!r} is cut short")
+            if dt == "F32":
+                out[name] = raw
+            elif dt == "BF16":
+                out[name] = K.from_bf16(raw)
+            else:
+                out[name] = raw.astype(np.float32)  # float16 -> float32 is exact
     return out
 
 
