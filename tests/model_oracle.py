@@ -83,7 +83,8 @@ _LOG_C = [-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
 def logf(x):
     """M-8, for positive normal x."""
     x = a32(x)
-    m, e = np.frexp(x)
+    with np.errstate(all="ignore"):
+        m, e = np.frexp(x)
     m = a32(m)
     e = e.astype(np.int64)
     small = m < F(0.707106781186547524)
@@ -99,7 +100,13 @@ def logf(x):
     y = fma(fe, F(-2.12194440e-4), y)
     y = fma(F(-0.5), z, y)
     r = add(t, y)
-    return fma(fe, F(0.693359375), r)
+    with np.errstate(all="ignore"):
+        out = fma(fe, F(0.693359375), r)
+        out = np.where(x == np.inf, F(np.inf), out)
+        out = np.where(x == 0, F(-np.inf), out)
+        out = np.where(x < 0, F(np.nan), out)
+        out = np.where(np.isnan(x), x, out)
+    return a32(out)
 
 
 def powf(x, y):
@@ -274,3 +281,28 @@ def forward(weights, cfg, ids, profile="fp32_v1", weight_format="float32"):
         head = W["model.embed_tokens.weight"]
     logits = proj(h, head, profile)
     return logits.reshape(B, L, -1)
+
+
+def softmax_rows(x, log=False):
+    """M-28 / M-29 over the last axis."""
+    x = ftz(x)
+    out = np.empty_like(x)
+    for r in np.ndindex(x.shape[:-1]):
+        row = x[r]
+        mx = QNAN if np.isnan(row).any() else F(np.max(row))
+        sh = add(row, -mx)
+        e = expf(sh)
+        den = F(0)
+        for j in range(row.size):
+            den = add(den, e[j])
+        out[r] = add(sh, -logf(np.array([den], dtype=np.float32))[0]) if log else div(e, den)
+    return out
+
+
+def mean_rows(x):
+    """M-30: a serial sum ascending, then one division by n."""
+    x = ftz(x)
+    acc = np.zeros(x.shape[:-1], dtype=np.float32)
+    for j in range(x.shape[-1]):
+        acc = add(acc, x[..., j])
+    return div(acc, F(x.shape[-1]))

@@ -351,3 +351,21 @@ def test_attention_kernel_edges(profile, case):
             want[b * L:(b + 1) * L, h * hd:(h + 1) * hd] = MO.attention(
                 qh, MO.ftz(k[b, g]), MO.ftz(v[b, g]), pos0, profile, hd)
     assert_same_bits(out, want, case)
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 300])
+def test_softmax_log_softmax_mean_rows(n):
+    """M-28 M-29 M-30: softmax, log_softmax and mean over rows (the torch mode's
+    kernels) against the oracle, with NaN, inf, -inf and subnormal entries."""
+    from mojolearn.models import _kernels as K
+
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((5, n)) * 10).astype(np.float32)
+    x[1, 0] = np.nan
+    x[2, -1] = -np.inf
+    x[3, 0] = np.float32(1e-40)
+    if n > 1:
+        x[4, 1] = np.inf
+    for log in (False, True):
+        assert_same_bits(K.softmax_rows(x, log=log), MO.softmax_rows(x, log=log), f"log={log}")
+    assert_same_bits(K.mean_rows(x), MO.mean_rows(x), "mean")

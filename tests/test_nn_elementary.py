@@ -65,7 +65,7 @@ def test_logf_rule_m8():
     b = rng.integers(0x00800000, 0x7F800000, size=200_000, dtype=np.uint32)
     x = np.concatenate([b.view(np.float32), np.array(
         [1.0, 2.0, 0.5, 0.70710677, 0.70710683, 1.4142135, 10000.0, 100000.0, 500000.0,
-         1e6, 3.4e38, 1.2e-38], dtype=np.float32)])
+         1e6, 3.4e38, 1.2e-38, np.inf, 0.0, -0.0, -1.0, np.nan, -np.inf], dtype=np.float32)])
     _check("logf", x, MO.logf(x))
 
 

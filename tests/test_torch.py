@@ -266,3 +266,30 @@ def test_smollm2_in_the_mode(tmp_path_factory):
           f"{'same' if bits(off1) == bits(off2) else 'DIFFER'} bits")
     ours = CausalLM.load(hf_dir).forward(ids.numpy())
     assert float(np.abs(ours - two).max()) <= 1e-4 * float(np.abs(ours).max())
+
+
+def test_softmax_log_softmax_mean_routed():
+    """10.4 / M-28 M-29 M-30: softmax, log_softmax and mean over the last dimension inside
+    the mode are the ops contract's kernels (the oracle's bits, for 1 and 2 threads);
+    other dimensions fall through to torch."""
+    import model_oracle as MO
+
+    x = t(4, 6, 33) * 3
+    xn = x.numpy()
+    outs = []
+    with mt.identical():
+        for n in (1, 2):
+            mojolearn.set_num_threads(n)
+            torch.set_num_threads(n)
+            before = mt.calls()["mojolearn"]
+            got = (torch.softmax(x, dim=-1), torch.log_softmax(x, dim=-1),
+                   x.mean(-1, keepdim=True), x.pow(2).mean(dim=2))
+            assert mt.calls()["mojolearn"] - before == 4
+            outs.append([bits(g) for g in got])
+        fell = mt.calls()["fallthrough"]
+        torch.softmax(x, dim=0)
+        assert mt.calls()["fallthrough"] == fell + 1
+    assert outs[0] == outs[1]
+    assert outs[0][0] == bits(MO.softmax_rows(xn))
+    assert outs[0][1] == bits(MO.softmax_rows(xn, log=True))
+    assert outs[0][2] == bits(MO.mean_rows(xn)[..., None])

@@ -27,6 +27,12 @@ def _ftz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 
 @always_inline
+def _is_nan[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.bool, w]:
+    """NaN, decided on the bits (a float compare may be folded by the optimizer)."""
+    return (bitcast[DType.uint32, w](x) & 0x7FFFFFFF).gt(0x7F800000)
+
+
+@always_inline
 def _fmaz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """M-0: one fma, its result flushed."""
     return _ftz[w](fma(a, b, c))
@@ -105,13 +111,14 @@ def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     y = (yb & 0x7FFFFFFF).lt(F32MIN_BITS).select(F(0), y)
     y = x.gt(F(88.722835)).select(F(bitcast[DType.float32, 1](UInt32(0x7F800000))[0]), y)
     y = x.lt(F(-87.33655)).select(F(0), y)
-    var nan = x.ne(x)
+    var nan = _is_nan[w](x)
     return nan.select(x, y)
 
 
 @always_inline
 def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """M-8: Cephes logf for a positive normal x (only the RoPE theta reaches it)."""
+    """M-8: Cephes logf for a positive normal x; NaN -> NaN, +inf -> +inf, 0 -> -inf,
+    x < 0 -> NaN (inputs are flushed first by the caller)."""
     comptime F = SIMD[DType.float32, w]
     var xb = bitcast[DType.uint32, w](x)
     var e = ((xb >> 23) & 0xFF).cast[DType.int32]() - 126
@@ -135,7 +142,14 @@ def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     y = _fmaz[w](fe, F(-2.12194440e-4), y)
     y = _fmaz[w](F(-0.5), z, y)
     var r = _ftz[w](t + y)
-    return _fmaz[w](fe, F(0.693359375), r)
+    var y2 = _fmaz[w](fe, F(0.693359375), r)
+    # outside the positive normals: NaN stays, +inf -> +inf, +-0 -> -inf, x < 0 -> NaN
+    var inf = F(bitcast[DType.float32, 1](UInt32(0x7F800000))[0])
+    var qnan = F(bitcast[DType.float32, 1](UInt32(0x7FC00000))[0])
+    y2 = x.eq(inf).select(inf, y2)
+    y2 = x.eq(F(0)).select(-inf, y2)
+    y2 = x.lt(F(0)).select(qnan, y2)
+    return (xb & 0x7FFFFFFF).gt(0x7F800000).select(x, y2)  # NaN, tested on the bits
 
 
 @always_inline
@@ -222,3 +236,9 @@ def sin_cos(x: SIMD) -> Tuple[type_of(x), type_of(x)]:
     comptime w = x.length
     var r = _sincosf[w](rebind[SIMD[DType.float32, w]](x))
     return (rebind[type_of(x)](r[0]), rebind[type_of(x)](r[1]))
+
+
+@always_inline
+def is_nan(x: SIMD) -> SIMD[DType.bool, x.length]:
+    comptime w = x.length
+    return rebind[SIMD[DType.bool, x.length]](_is_nan[w](rebind[SIMD[DType.float32, w]](x)))

@@ -32,11 +32,15 @@ WHAT FALLS THROUGH, WHAT IS REFUSED
 ELEMENTWISE
     ``aten::silu`` (float32) runs the models' SiLU kernel (rule M-17 of the ops
     contract), whose bits do not depend on how torch splits the work between
-    threads (torch's own vectorised silu does). softmax, log_softmax and the pieces
-    of transformers' RMSNorm (pow, mean, rsqrt, mul) stay torch's: they have no
-    generic kernel here yet. On the tiny Llama models of the tests these remaining
-    ops gave the same bits for 1 and 2 threads and alone versus in a batch; that is
-    measured, not promised.
+    threads (torch's own vectorised silu does). ``aten::_softmax`` and
+    ``aten::_log_softmax`` over the last dimension run rules M-28 / M-29 (a serial
+    sum, the contract's expf and logf), and ``aten::mean.dim`` over the last
+    dimension runs M-30 (a serial sum, one division): the reductions of a
+    transformers Llama forward (attention softmax, RMSNorm's mean) then have one
+    order whatever the threads or batch. Other dimensions, and the remaining pieces
+    of transformers' RMSNorm (pow, rsqrt, mul: one rounding per element), stay
+    torch's; their bits do not depend on threads or batch either, but they are
+    torch's arithmetic, not the contract's.
 
 SCOPE
     The registration is process-wide (every thread), like any ``torch.library``
@@ -63,7 +67,8 @@ COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::
            "aten::bmm.out", "aten::baddbmm", "aten::mv", "aten::dot")
 REFUSED = ("aten::addmv", "aten::addbmm", "aten::addr",
            "aten::_scaled_dot_product_flash_attention_for_cpu")
-ELEMENTWISE_COVERED = ("aten::silu",)
+ELEMENTWISE_COVERED = ("aten::silu", "aten::_softmax (last dim)",
+                       "aten::_log_softmax (last dim)", "aten::mean.dim (last dim)")
 
 _lock = threading.RLock()
 _lib = None
@@ -217,6 +222,37 @@ def _silu(ks, x):
     return out
 
 
+def _last_dim(x, dim) -> bool:
+    return x.dim() >= 1 and dim in (-1, x.dim() - 1)
+
+
+def _softmax_like(name, log):
+    def kernel(ks, x, dim, half_to_float):
+        if not _ours(x) or half_to_float or not _last_dim(x, dim) or x.numel() == 0:
+            return _fall(name, ks, x, dim, half_to_float)
+        _calls["mojolearn"] += 1
+        x = x.detach().contiguous()
+        out = _torch.empty_like(x)
+        n = x.shape[-1]
+        _native().nn_softmax((x.data_ptr(), out.data_ptr(), x.numel() // n, n, int(log),
+                              _threads()))
+        return out
+    return kernel
+
+
+def _mean_dim(ks, x, dim=None, keepdim=False, *, dtype=None):
+    dims = list(dim) if dim is not None else None
+    if (not _ours(x) or dtype is not None or dims is None or len(dims) != 1
+            or not _last_dim(x, dims[0]) or x.numel() == 0):
+        return _fall("mean.dim", ks, x, dim, keepdim, dtype=dtype)
+    _calls["mojolearn"] += 1
+    x = x.detach().contiguous()
+    n = x.shape[-1]
+    out = _torch.empty(x.shape[:-1], dtype=_torch.float32)
+    _native().nn_mean((x.data_ptr(), out.data_ptr(), x.numel() // n, n, _threads()))
+    return out.unsqueeze(-1) if keepdim else out
+
+
 def _out_variant(name, compute):
     def kernel(ks, *args, out, **kwargs):
         if not _ours(out, *[x for x in args if isinstance(x, _torch.Tensor)]):
@@ -255,6 +291,9 @@ _KERNELS = {
     "mv": _mv,
     "dot": _dot,
     "silu": _silu,
+    "_softmax": _softmax_like("_softmax", False),
+    "_log_softmax": _softmax_like("_log_softmax", True),
+    "mean.dim": _mean_dim,
     "addmv": _refuse("addmv"),
     "addbmm": _refuse("addbmm"),
     "addr": _refuse("addr"),

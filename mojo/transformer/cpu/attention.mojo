@@ -20,7 +20,7 @@ from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
-from arith.elementary import ftz, mul, sqrt_rn, expf, NEG_FLT_MAX_BITS, QNAN_BITS
+from arith.elementary import ftz, mul, sqrt_rn, expf, is_nan, NEG_FLT_MAX_BITS, QNAN_BITS
 from convert.cpu.quant import row_exponent, pow2f_bits, _codes
 
 comptime W = simd_width_of[DType.float32]()
@@ -271,7 +271,7 @@ def _softmax_row(s: F32Ptr, n: Int, p: Int):
         var m = idx.gt(SIMD[DType.int32, W](Int32(p))).select(negw, FW(0))
         var x = ftz(s.unsafe_load[width=W](j) + m)
         s.unsafe_store(j, x)
-        nanv = nanv | x.ne(x)
+        nanv = nanv | is_nan(x)
         mxv = max(mxv, x)
         j += W
     var mx = F1(mxv.reduce_max())
@@ -280,7 +280,7 @@ def _softmax_row(s: F32Ptr, n: Int, p: Int):
         var x = F1(s.unsafe_load(j))
         x = ftz(x + F1(negw[0])) if j > p else ftz(x + F1(0))
         s.unsafe_store(j, x[0])
-        if x != x:
+        if is_nan(x)[0]:
             any_nan = True
         elif x > mx:
             mx = x

@@ -9,7 +9,7 @@ from max.algorithm import parallelize
 from common.ptr import F32Ptr, I64Ptr, ptr_f32
 from common.fpstate import enter_contract_mode, leave_contract_mode
 from common.tasks import chunk_bounds
-from transformer.cpu.ops import gather_rows, rmsnorm_rows, rope_table_rows, rope_rows, silu_mul_rows, add_rows, elementwise
+from transformer.cpu.ops import gather_rows, rmsnorm_rows, rope_table_rows, rope_rows, silu_mul_rows, add_rows, elementwise, softmax_rows, mean_rows
 from transformer.cpu.attention import AttnArgs, attn_unit, attn_ws_floats, attn_scale
 
 
@@ -253,7 +253,58 @@ def nn_attn_scale(args: PythonObject) raises -> PythonObject:
     return PythonObject(Int(bitcast[DType.uint32, 1](SIMD[DType.float32, 1](s))[0]))
 
 
+def nn_softmax(args: PythonObject) raises -> PythonObject:
+    """(x, out, rows, n, log, tasks): softmax (log = 0) or log_softmax (1) of each row."""
+    var x = ptr_f32(_arg(args, 0))
+    var o = ptr_f32(_arg(args, 1))
+    var rows = _arg(args, 2)
+    var n = _arg(args, 3)
+    var log = _arg(args, 4) != 0
+    var t_count = _tasks(rows, _arg(args, 5), max(1, 8192 // max(1, n)))
+    ref cpy = Python().cpython()
+    var st = cpy.PyEval_SaveThread()
+
+    def work(t: Int) {imm x, imm o, imm rows, imm n, imm log, imm t_count}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(rows, t_count, t, 1)
+        softmax_rows(x, o, n, log, b[0], b[1])
+        leave_contract_mode(old)
+
+    if t_count == 1:
+        work(0)
+    else:
+        parallelize(work, t_count)
+    cpy.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
+def nn_mean(args: PythonObject) raises -> PythonObject:
+    """(x, out, rows, n, tasks): the mean of each row of n (a serial sum)."""
+    var x = ptr_f32(_arg(args, 0))
+    var o = ptr_f32(_arg(args, 1))
+    var rows = _arg(args, 2)
+    var n = _arg(args, 3)
+    var t_count = _tasks(rows, _arg(args, 4), max(1, 8192 // max(1, n)))
+    ref cpy = Python().cpython()
+    var st = cpy.PyEval_SaveThread()
+
+    def work(t: Int) {imm x, imm o, imm rows, imm n, imm t_count}:
+        var old = enter_contract_mode()
+        var b = chunk_bounds(rows, t_count, t, 1)
+        mean_rows(x, o, n, b[0], b[1])
+        leave_contract_mode(old)
+
+    if t_count == 1:
+        work(0)
+    else:
+        parallelize(work, t_count)
+    cpy.PyEval_RestoreThread(st)
+    return PythonObject(None)
+
+
 def register_nn(mut m: PythonModuleBuilder) raises:
+    m.def_function[nn_softmax]("nn_softmax")
+    m.def_function[nn_mean]("nn_mean")
     m.def_function[nn_gather]("nn_gather")
     m.def_function[nn_rmsnorm]("nn_rmsnorm")
     m.def_function[nn_rope_table]("nn_rope_table")

@@ -10,7 +10,7 @@ from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
-from arith.elementary import ftz, mul, sqrt_rn, expf, logf, powf, sin_cos
+from arith.elementary import ftz, mul, sqrt_rn, expf, logf, powf, sin_cos, is_nan
 from convert.cpu.quant import row_exponent, pow2f_bits
 from common.ptr import U32Ptr
 
@@ -156,3 +156,45 @@ def elementwise(op: Int, src: F32Ptr, dst: F32Ptr, n0: Int, n1: Int):
         else:
             y = sqrt_rn(x)
         dst.unsafe_store(j, y[0])
+
+
+# ------------------------------------------------------------------ M-28 .. M-30 (torch mode)
+def softmax_rows(x: F32Ptr, dst: F32Ptr, n: Int, log: Bool, r0: Int, r1: Int):
+    """M-28 softmax / M-29 log_softmax of each row of n: mx the row maximum (a NaN
+    anywhere gives NaN), e_j = expf(add(x_j, -mx)), den a serial sum ascending;
+    softmax w_j = div(e_j, den); log_softmax y_j = add(add(x_j, -mx), -logf(den))."""
+    for r in range(r0, r1):
+        var xr = x.unsafe_offset(r * n)
+        var o = dst.unsafe_offset(r * n)
+        var mx = F1(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))[0])
+        var nan = False
+        for j in range(n):
+            var v = ftz(F1(xr.unsafe_load(j)))
+            if is_nan(v)[0]:
+                nan = True
+            elif v > mx:
+                mx = v
+        if nan:
+            mx = F1(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0x7FC00000))[0])
+        var den = F1(0)
+        for j in range(n):
+            var e = ftz(expf(ftz(ftz(F1(xr.unsafe_load(j))) + (-mx))))
+            if not log:
+                o.unsafe_store(j, e[0])
+            den = ftz(den + e)
+        if log:
+            var lse = logf(den)
+            for j in range(n):
+                o.unsafe_store(j, ftz(ftz(ftz(F1(xr.unsafe_load(j))) + (-mx)) + (-lse))[0])
+        else:
+            for j in range(n):
+                o.unsafe_store(j, ftz(F1(o.unsafe_load(j)) / den)[0])
+
+
+def mean_rows(x: F32Ptr, dst: F32Ptr, n: Int, r0: Int, r1: Int):
+    """M-30: acc = +0; acc = add(acc, x_j) for j ascending; mean = div(acc, f32(n))."""
+    for r in range(r0, r1):
+        var acc = F1(0)
+        for j in range(n):
+            acc = ftz(acc + ftz(F1(x.unsafe_load(r * n + j))))
+        dst.unsafe_store(r, ftz(acc / F1(Float32(n)))[0])

@@ -9,7 +9,7 @@ from std.math import fma
 from std.memory import bitcast
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr
-from arith.elementary import ftz, mul, sqrt_rn, expf, powf, sin_cos, NEG_FLT_MAX_BITS, QNAN_BITS
+from arith.elementary import ftz, mul, sqrt_rn, expf, powf, sin_cos, is_nan, NEG_FLT_MAX_BITS, QNAN_BITS
 from convert.cpu.quant import pow2f_bits, _codes
 
 comptime F1 = SIMD[DType.float32, 1]
@@ -146,7 +146,7 @@ def attention_thread(
     var any_nan = False
     for j in range(nkeys):
         var x = F1(s.unsafe_load(j))
-        if x != x:
+        if is_nan(x)[0]:
             any_nan = True
         elif x > mx:
             mx = x

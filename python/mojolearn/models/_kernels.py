@@ -154,3 +154,24 @@ def elementwise(op: str, x):
 
 def attn_scale_bits(head_dim: int) -> int:
     return native().nn_attn_scale((head_dim,))
+
+
+def softmax_rows(x, *, log: bool = False):
+    """Softmax (M-28) or log_softmax (M-29) over the last axis of a C-contiguous float32
+    array."""
+    n = x.shape[-1]
+    rows = x.size // n if n else 0
+    out = np.empty_like(x)
+    if rows and n:
+        native().nn_softmax((_a(x), _a(out), rows, n, int(log), get_num_threads()))
+    return out
+
+
+def mean_rows(x):
+    """The mean over the last axis (M-30) of a C-contiguous float32 array."""
+    n = x.shape[-1]
+    rows = x.size // n if n else 0
+    out = np.empty(x.shape[:-1], dtype=np.float32)
+    if rows and n:
+        native().nn_mean((_a(x), _a(out), rows, n, get_num_threads()))
+    return out
