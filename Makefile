@@ -32,10 +32,9 @@ test-fast: build
 bench: build $(BENCH_STAMP)
 	PYTHONPATH=python $(PY) bench/run.py
 
+# every CPU build this CPU runs (amx, v4, v3), each named; the others are skipped with the reason
 conformance: build
-	$(PY) build_native.py --target-cpu x86-64-v3 --name _native_v3
-	PYTHONPATH=python $(PY) -m mojolearn conformance
-	PYTHONPATH=python MOJOLEARN_NATIVE=_native_v3 $(PY) -m mojolearn conformance
+	PYTHONPATH=python $(PY) -m mojolearn conformance --every-isa
 
 # every GPU kernel compiled offline for sm_80, sm_90, gfx942 and apple-m3 (no GPU needed)
 gpu-compile: $(STAMP)

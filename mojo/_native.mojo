@@ -21,6 +21,7 @@ from convert.cpu.quant import (
 )
 from gemm.cpu.entry import register_gemm
 from gpu.cpu_run import register_gpu_reference
+from common.cpu import build_isa, request_amx_permission
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -253,9 +254,17 @@ def mxcsr(args: PythonObject) raises -> PythonObject:
     return PythonObject(Int(read_mxcsr()))
 
 
+def isa(args: PythonObject) raises -> PythonObject:
+    """The instruction sets this build's kernels use (e.g. 'avx2', 'avx512vnni')."""
+    return PythonObject(build_isa())
+
+
 @export
 def PyInit__native() abi("C") -> PythonObject:
     try:
+        if not request_amx_permission():
+            abort("mojolearn._native: Linux refused AMX tile data to this process "
+                  "(arch_prctl ARCH_REQ_XCOMP_PERM); use MOJOLEARN_ISA=v4")
         var m = PythonModuleBuilder("_native")
         m.def_function[to_bf16]("to_bf16")
         m.def_function[from_bf16]("from_bf16")
@@ -265,6 +274,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[dequantize_int15]("dequantize_int15")
         m.def_function[strided_copy]("strided_copy")
         m.def_function[mxcsr]("mxcsr")
+        m.def_function[isa]("isa")
         register_gemm(m)
         register_gpu_reference(m)
         return m.finalize()
