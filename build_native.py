@@ -126,8 +126,8 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
     if r.returncode != 0:
         print("\n".join(msgs), file=sys.stderr)
         raise SystemExit(f"mojolearn build: mojo build failed (exit {r.returncode})")
-    if msgs and not quiet:
-        print("\n".join(msgs))
+    if msgs:  # compiler warnings are shown even for quiet (parallel) builds
+        print(f"mojolearn build: {name}:\n" + "\n".join(msgs), flush=True)
     rt = runtime_dir()
     for lib in RUNTIME_LIBS:
         dst = out_dir / lib

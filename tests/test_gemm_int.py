@@ -374,3 +374,46 @@ def test_out_and_noncontiguous(profile):
             spread.append(big[::2])
     assert_same_bits(fn(tuple(spread), b), exp, "strided codes/exponents")
     assert_same_bits(fn(a[::-1], b), exp[::-1], "negative steps")
+
+
+# ---------------------------------------------------------------- tile-unit edges
+def _extreme_codes(rows, k, lo, hi, rng):
+    """Codes drawn from the ends of the range and a few middles (the sums' worst cases)."""
+    pool = np.array([lo, lo + 1, -1, 0, 1, hi - 1, hi], np.int64)
+    return pool[rng.integers(0, len(pool), size=(rows, k))]
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_tile_unit_edges(profile):
+    """L-5 / W-3: the AMX kernels' edges (16 x 16 x 64-byte tiles in 2 x 2 blocks of
+    32 x 32; every other build runs the same cases): m and n either side of 16 and 32,
+    k either side of the 64-byte k-blocks, extreme codes as tuples."""
+    rng = np.random.default_rng(64)
+    ms, ns = [1, 15, 16, 17, 31, 32, 33, 48, 63, 65], [1, 15, 16, 17, 31, 32, 33, 47, 64, 65]
+    for k in (1, 63, 64, 65, 127, 128, 129, 191, 257):
+        if profile == "int8":
+            A, B = _extreme_codes(max(ms), k, -127, 127, rng), _extreme_codes(max(ns), k, -127, 127, rng)
+            qa = (A.astype(np.int8), rng.integers(-3, 3, size=max(ms)).astype(np.int32))
+            qb = (B.astype(np.int8), rng.integers(-3, 3, size=max(ns)).astype(np.int32))
+            full = O.gemm_int(*qa, *qb)
+            fn = linalg.matmul_int8
+        else:
+            A, B = _extreme_codes(max(ms), k, -16383, 16383, rng), _extreme_codes(max(ns), k, -16383, 16383, rng)
+            qa = (*split15(A), rng.integers(-3, 3, size=max(ms)).astype(np.int32))
+            qb = (*split15(B), rng.integers(-3, 3, size=max(ns)).astype(np.int32))
+            full = O.gemm_int15(*qa, *qb)
+            fn = linalg.matmul_int15
+        for m in ms:
+            for n in ns:
+                got = fn(tuple(x[:m] for x in qa), tuple(x[:n] for x in qb))
+                assert_same_bits(got, full[:m, :n], f"{profile} m={m} k={k} n={n}")
+
+
+@pytest.mark.parametrize("profile,m,k,n", [("int8", 65, 16384, 257), ("int15", 65, 16384, 257)])
+def test_packing_block_edges(profile, m, k, n):
+    """L-5 / W-3: at k = 16384 the AMX kernels pack A in blocks of 64 rows and B in
+    chunks of 256 columns (1 MiB / 4 MiB); m = 65 and n = 257 cross both."""
+    fn, ora, _ = PROFILES[profile]
+    a = (RNG.standard_normal((m, k)) * 2.0 ** RNG.integers(-3, 3, size=(m, 1))).astype(F32)
+    b = (RNG.standard_normal((n, k)) * 2.0 ** RNG.integers(-3, 3, size=(n, 1))).astype(F32)
+    assert_same_bits(fn(a, b), ora(a, b), f"{profile} {m}x{k}x{n}")
