@@ -9,7 +9,10 @@ TILES
       A tile: 16 rows x 64 k-bytes (row-major).
       B tile: 16 k-groups x 16 columns x 4 k-bytes (the k-group "VNNI" layout).
     int8: a 2 x 2 block of output tiles (32 x 32) per k-step: tmm0-3 accumulate,
-    tmm4-5 hold two A tiles, tmm6-7 two B tiles.
+    tmm4-5 hold two A tiles, tmm6-7 two B tiles. k is taken in chunks of KC_BLOCKS
+    k-blocks so that the B pair (32 columns x KC bytes) stays in L1 while the A block
+    streams past it from L2; the int32 partial sums of a 32-column strip wait in a
+    buffer between chunks (wrapping int32 adds: the order changes nothing).
     int15: one 16 x 16 output and its four int8 pieces per k-step: tmm0 = HH, tmm1 =
     HL, tmm2 = LH, tmm3 = LL, from A hi/lo (tmm4/5) and B hi/lo (tmm6/7); the pieces
     are combined in int64, S = HH * 2**14 + (HL + LH) * 2**7 + LL, as on every build.
@@ -34,6 +37,7 @@ comptime A_BLOCK_BYTES = 1024 * 1024  # packed A block kept in L2
 comptime B_CHUNK_BYTES = 4 * 1024 * 1024
 comptime CFG_WORDS = 16  # 64-byte tile configuration
 comptime CBUF_WORDS = 32 * 32  # the 32 x 32 int32 output block
+comptime KC_BLOCKS = 16  # k-blocks (of 64 bytes) per k-chunk: a 32 KiB B pair in L1
 
 
 @always_inline
@@ -58,8 +62,9 @@ def amx_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
     the tile configuration and the output block."""
     var kp = _kblocks(g.k) * KB
     var planes = 2 if g.int15 else 1
-    var words = (amx_mc(g.k, rows) + amx_nc(g.k, cols)) * kp // 4
-    return planes * words + CFG_WORDS + CBUF_WORDS
+    var mc = amx_mc(g.k, rows)
+    var words = (mc + amx_nc(g.k, cols)) * kp // 4
+    return planes * words + CFG_WORDS + max(CBUF_WORDS, mc * 64)
 
 
 def pack_a_amx(src: I8Ptr, ld: Int, i0: Int, mc: Int, k: Int, dst: I8Ptr):
@@ -132,13 +137,20 @@ def _tile_release():
 
 
 @always_inline
-def _tiles_2x2(a0: I8Ptr, a1: I8Ptr, b0: U32Ptr, b1: U32Ptr, kbn: Int, c: I32Ptr):
-    """c (32 x 32 int32, row stride 32) = [A0; A1] . [B0 B1] over kbn k-blocks."""
+def _tiles_2x2(a0: I8Ptr, a1: I8Ptr, b0: U32Ptr, b1: U32Ptr, kbn: Int, c: I32Ptr, first: Bool):
+    """c (32 x 32 int32, row stride 32) = (0 if first else c) + [A0; A1] . [B0 B1]
+    over kbn k-blocks."""
     comptime if CompilationTarget.has_intel_amx():
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(0))
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(1))
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(2))
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(3))
+        if first:
+            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(0))
+            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(1))
+            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(2))
+            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(3))
+        else:
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(0), c, Int64(128))
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(1), c.unsafe_offset(16), Int64(128))
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(2), c.unsafe_offset(16 * 32), Int64(128))
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(3), c.unsafe_offset(16 * 32 + 16), Int64(128))
         for kb in range(kbn):
             llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(4), a0.unsafe_offset(kb * TILE_BYTES), Int64(64))
             llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(6), b0.unsafe_offset(kb * 256), Int64(64))
@@ -146,30 +158,6 @@ def _tiles_2x2(a0: I8Ptr, a1: I8Ptr, b0: U32Ptr, b1: U32Ptr, kbn: Int, c: I32Ptr
             llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(7), b1.unsafe_offset(kb * 256), Int64(64))
             llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(1), Int8(4), Int8(7))
             llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(5), a1.unsafe_offset(kb * TILE_BYTES), Int64(64))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(2), Int8(5), Int8(6))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(3), Int8(5), Int8(7))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(0), c, Int64(128))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(1), c.unsafe_offset(16), Int64(128))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(2), c.unsafe_offset(16 * 32), Int64(128))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(3), c.unsafe_offset(16 * 32 + 16), Int64(128))
-
-
-@always_inline
-def _tiles_pieces(ah: I8Ptr, al: I8Ptr, bh: U32Ptr, bl: U32Ptr, kbn: Int, c: I32Ptr):
-    """The four int8 pieces of one 16 x 16 int15 output: c holds HH | HL (rows 0-15,
-    columns 0-15 | 16-31) and LH | LL (rows 16-31), row stride 32."""
-    comptime if CompilationTarget.has_intel_amx():
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(0))
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(1))
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(2))
-        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(3))
-        for kb in range(kbn):
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(4), ah.unsafe_offset(kb * TILE_BYTES), Int64(64))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(6), bh.unsafe_offset(kb * 256), Int64(64))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(0), Int8(4), Int8(6))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(7), bl.unsafe_offset(kb * 256), Int64(64))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(1), Int8(4), Int8(7))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(5), al.unsafe_offset(kb * TILE_BYTES), Int64(64))
             llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(2), Int8(5), Int8(6))
             llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(3), Int8(5), Int8(7))
         llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(0), c, Int64(128))
@@ -217,36 +205,44 @@ def amx_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
             pack_a_amx(ahp, k, ic, mc, k, a_h)
             if g.int15:
                 pack_a_amx(alp, k, ic, mc, k, a_l)
-            if not g.int15:
-                for jp in range(0, nc, 32):
-                    var b0 = b_h.unsafe_offset((jp // 16) * qstride)
-                    for ip in range(0, mc, 32):
-                        var a0 = a_h.unsafe_offset((ip // 16) * pstride)
-                        _tiles_2x2(a0, a0.unsafe_offset(pstride), b0, b0.unsafe_offset(qstride), kbn, cbuf)
-                        for i in range(min(32, mc - ip)):
-                            var r = ic + ip + i
-                            var ea_r = ea.unsafe_load(r)
-                            comptime for v in range(2):
-                                var jj = jp + v * 16
-                                if jj < nc:
-                                    var s = cbuf.unsafe_load[width=IW](i * 32 + v * 16)
-                                    store_scaled(g, s.cast[DType.float32](), ea_r, eb, r, jc + jj, nc - jj)
-            else:
-                for jp in range(0, nc, 16):
-                    var bh = b_h.unsafe_offset((jp // 16) * qstride)
-                    var bl = b_l.unsafe_offset((jp // 16) * qstride)
-                    for ip in range(0, mc, 16):
-                        var ah = a_h.unsafe_offset((ip // 16) * pstride)
-                        var al = a_l.unsafe_offset((ip // 16) * pstride)
-                        _tiles_pieces(ah, al, bh, bl, kbn, cbuf)
-                        for i in range(min(16, mc - ip)):
-                            var r = ic + ip + i
-                            var hh = cbuf.unsafe_load[width=IW](i * 32).cast[DType.int64]()
-                            var hl = cbuf.unsafe_load[width=IW](i * 32 + 16).cast[DType.int64]()
-                            var lh = cbuf.unsafe_load[width=IW]((16 + i) * 32).cast[DType.int64]()
-                            var ll = cbuf.unsafe_load[width=IW]((16 + i) * 32 + 16).cast[DType.int64]()
-                            var s = (hh << 14) + ((hl + lh) << 7) + ll
-                            store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
+            # int8: 32 x 32 outputs per step from A panels (p, p+1) and B panels (q, q+1);
+            # int15: 16 x 16 outputs per step from A (hi, lo) and B (hi, lo) of panels p, q,
+            # the four tiles being HH, HL, LH, LL
+            var step = 16 if g.int15 else 32
+            var a_next = a_words * 4 if g.int15 else pstride  # bytes to the second A tile
+            var b_next = b_words if g.int15 else qstride  # words to the second B tile
+            for jp in range(0, nc, step):
+                var b0 = b_h.unsafe_offset((jp // 16) * qstride)
+                var kb0 = 0
+                while kb0 < kbn:
+                    var kbc = min(KC_BLOCKS, kbn - kb0)
+                    var last = kb0 + kbc == kbn
+                    for ip in range(0, mc, step):
+                        var a0 = a_h.unsafe_offset((ip // 16) * pstride + kb0 * TILE_BYTES)
+                        var cb = cbuf.unsafe_offset((ip // step) * CBUF_WORDS)
+                        _tiles_2x2(a0, a0.unsafe_offset(a_next), b0.unsafe_offset(kb0 * 256),
+                                   b0.unsafe_offset(b_next + kb0 * 256), kbc, cb, kb0 == 0)
+                        if not last:
+                            continue
+                        if not g.int15:
+                            for i in range(min(32, mc - ip)):
+                                var r = ic + ip + i
+                                var ea_r = ea.unsafe_load(r)
+                                comptime for v in range(2):
+                                    var jj = jp + v * 16
+                                    if jj < nc:
+                                        var s = cb.unsafe_load[width=IW](i * 32 + v * 16)
+                                        store_scaled(g, s.cast[DType.float32](), ea_r, eb, r, jc + jj, nc - jj)
+                        else:
+                            for i in range(min(16, mc - ip)):
+                                var r = ic + ip + i
+                                var hh = cb.unsafe_load[width=IW](i * 32).cast[DType.int64]()
+                                var hl = cb.unsafe_load[width=IW](i * 32 + 16).cast[DType.int64]()
+                                var lh = cb.unsafe_load[width=IW]((16 + i) * 32).cast[DType.int64]()
+                                var ll = cb.unsafe_load[width=IW]((16 + i) * 32 + 16).cast[DType.int64]()
+                                var s = (hh << 14) + ((hl + lh) << 7) + ll
+                                store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
+                    kb0 += kbc
             ic += mc_max
         jc += nc_max
     _tile_release()
