@@ -29,8 +29,11 @@ test: build
 test-fast: build
 	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
 
+# once per CPU build this CPU runs (bench/results/cpu-<box>-<isa>.json); the others are named and skipped
 bench: build $(BENCH_STAMP)
-	PYTHONPATH=python $(PY) bench/run.py
+	@PYTHONPATH=python $(PY) -c "from mojolearn import _cpu; [print(f'make bench: skipped isa={n}: {_cpu.refusal(n)}') for n in _cpu.isa_names() if _cpu.refusal(n)]"
+	for isa in $$(PYTHONPATH=python $(PY) -c "from mojolearn import _cpu; print(' '.join(_cpu.runnable()))"); do \
+	  PYTHONPATH=python MOJOLEARN_ISA=$$isa $(PY) bench/run.py || exit 1; done
 
 # every CPU build this CPU runs (amx, v4, v3), each named; the others are skipped with the reason
 conformance: build
