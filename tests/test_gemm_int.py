@@ -417,3 +417,28 @@ def test_packing_block_edges(profile, m, k, n):
     a = (RNG.standard_normal((m, k)) * 2.0 ** RNG.integers(-3, 3, size=(m, 1))).astype(F32)
     b = (RNG.standard_normal((n, k)) * 2.0 ** RNG.integers(-3, 3, size=(n, 1))).astype(F32)
     assert_same_bits(fn(a, b), ora(a, b), f"{profile} {m}x{k}x{n}")
+
+
+@pytest.mark.parametrize("k", [511, 512, 513, 1025, 65536])
+def test_int15_sums_exact_for_any_planes(k):
+    """W-3 W-4: int15 sums are exact for any int8 planes (codes hi * 128 + lo down to
+    -16512) up to k = 65536 on every build: the AVX2 kernel's int32 partial sums (256
+    k-pairs of whole-code x plane products) move to int64 before they can overflow
+    (k = 511..513, 1025 cross that), the int8-piece kernels sum each piece in int32."""
+    rng = np.random.default_rng(k)
+    hi_pool = np.array([-128, -128, 127, 127, 0, -1], np.int8)
+    lo_pool = np.array([-128, 127, 127, 0, -128, 5], np.int8)
+    rows = 4 if k == 65536 else 9
+    ah, al = hi_pool[rng.integers(0, 6, (rows, k))], lo_pool[rng.integers(0, 6, (rows, k))]
+    bh, bl = hi_pool[rng.integers(0, 6, (rows + 1, k))], lo_pool[rng.integers(0, 6, (rows + 1, k))]
+    # the extremes on every product: (-16512)**2 and 16383 * -16512 in whole rows
+    ah[0], al[0], bh[0], bl[0] = -128, -128, -128, -128
+    bh[1], bl[1] = 127, 127
+    ea, eb = np.zeros(rows, np.int32), np.zeros(rows + 1, np.int32)
+    got = linalg.matmul_int15((ah, al, ea), (bh, bl, eb))
+    # the oracle takes quantizer-range codes only; here S is computed directly (exact
+    # in int64, |S| <= 65536 * 16512**2 < 2**53) and rounded once (exponents 0)
+    A = ah.astype(np.int64) * 128 + al.astype(np.int64)
+    B = bh.astype(np.int64) * 128 + bl.astype(np.int64)
+    want = (A @ B.T).astype(np.float64).astype(F32)
+    assert_same_bits(got, want, f"k={k}")
