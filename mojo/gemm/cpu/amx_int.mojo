@@ -37,7 +37,7 @@ comptime A_BLOCK_BYTES = 1024 * 1024  # packed A block kept in L2
 comptime B_CHUNK_BYTES = 4 * 1024 * 1024
 comptime CFG_WORDS = 16  # 64-byte tile configuration
 comptime CBUF_WORDS = 32 * 32  # the 32 x 32 int32 output block
-comptime KC_BLOCKS = 16  # k-blocks (of 64 bytes) per k-chunk: a 32 KiB B pair in L1
+comptime KC_BLOCKS = 8  # k-blocks (of 64 bytes) per k-chunk: a 16 KiB B pair in L1
 
 
 @always_inline
