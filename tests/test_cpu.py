@@ -116,3 +116,23 @@ def test_hidden_features_move_the_choice_down():
 def test_cpu_isa_is_exported():
     assert mojolearn.cpu_isa() in _cpu.isa_names()
     assert "cpu_isa" in mojolearn.__all__
+
+
+def test_choice_is_made_once_per_process():
+    """The build is chosen at the first use; a later change of MOJOLEARN_ISA does not
+    make cpu_isa() name a build other than the one serving the calls."""
+    code = textwrap.dedent("""
+        import os, mojolearn
+        from mojolearn import _native_loader
+        first = mojolearn.cpu_isa()
+        _native_loader.native()
+        os.environ["MOJOLEARN_ISA"] = "bogus"
+        print(first, mojolearn.cpu_isa(), _native_loader.native().__name__)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("MOJOLEARN_ISA", "MOJOLEARN_NATIVE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT)])
+    env["MOJOLEARN_ISA"] = "v3"
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(ROOT),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["v3", "v3", "mojolearn._native_v3"]

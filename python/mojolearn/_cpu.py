@@ -187,10 +187,21 @@ def _forced():
     return None, None
 
 
+_chosen = None
+
+
 def choose() -> tuple:
     """(ISA name, module name) this process loads: forced by MOJOLEARN_ISA, else the
-    best build this CPU can run. Raises ImportError (naming what is missing) when the
-    forced build cannot run here or when no build can."""
+    best build this CPU can run; decided once per process (like MOJOLEARN_DEVICE, the
+    variables are read at the first use). Raises ImportError (naming what is missing)
+    when the forced build cannot run here or when no build can."""
+    global _chosen
+    if _chosen is None:
+        _chosen = _choose()
+    return _chosen
+
+
+def _choose() -> tuple:
     name, var = _forced()
     if name is not None:
         key = name.lower()
