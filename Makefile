@@ -49,13 +49,15 @@ FUZZ_SEED ?= 11
 fuzz: build
 	$(PY) -m tests.fuzz_run --examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 
+# once per CPU build this CPU runs (bench/results/cpu-<box>-<isa>.json); the others are named and skipped
 bench: build $(BENCH_STAMP) $(SMOLLM2)
-	PYTHONPATH=python $(PY) bench/run.py
+	@PYTHONPATH=python $(PY) -c "from mojolearn import _cpu; [print(f'make bench: skipped isa={n}: {_cpu.refusal(n)}') for n in _cpu.isa_names() if _cpu.refusal(n)]"
+	for isa in $$(PYTHONPATH=python $(PY) -c "from mojolearn import _cpu; print(' '.join(_cpu.runnable()))"); do \
+	  PYTHONPATH=python MOJOLEARN_ISA=$$isa $(PY) bench/run.py || exit 1; done
 
+# every CPU build this CPU runs (amx, v4, v3), each named; the others are skipped with the reason
 conformance: build
-	$(PY) build_native.py --target-cpu x86-64-v3 --name _native_v3
-	PYTHONPATH=python $(PY) -m mojolearn conformance
-	PYTHONPATH=python MOJOLEARN_NATIVE=_native_v3 $(PY) -m mojolearn conformance
+	PYTHONPATH=python $(PY) -m mojolearn conformance --every-isa
 
 # every GPU kernel compiled offline for sm_80, sm_90, gfx942 and apple-m3 (no GPU needed)
 gpu-compile: $(STAMP)

@@ -1,15 +1,23 @@
-"""Build the Mojo extension module(s) of mojolearn.
+"""Build the Mojo extension modules of mojolearn: one per CPU target, plus the probe.
 
 Used by the Makefile (in-place development build) and by setup.py (wheel / pip
-install). It runs ``mojo build --emit shared-lib`` on ``mojo/_native.mojo``, links
-the result with an ``$ORIGIN`` run path and copies the Mojo runtime libraries next
-to it, so an installed package imports without the build environment.
+install). The targets are a fixed set, never the build machine: the rows of
+python/mojolearn/_isa.py (v3 = x86-64-v3, v4 = x86-64-v4 + AVX512-VNNI, amx = v4 +
+AMX), each ``mojo/_native.mojo`` built as ``mojolearn._native_<isa>``, and the CPU
+probe (``_cpuprobe.so``, baseline x86-64) the loader asks before importing any of
+them. Each runs ``mojo build --emit shared-lib``, links with an ``$ORIGIN`` run path,
+and the Mojo runtime libraries are copied next to them (shared by all builds), so an
+installed package imports without the build environment. Builds run in parallel
+(MOJOLEARN_BUILD_JOBS, default: the number of CPUs, at most one per target); a
+build whose sources are unchanged is skipped.
 
-    python build_native.py [--out DIR] [--target-cpu CPU] [--name NAME] [--force]
+    python build_native.py [--out DIR] [--isa NAME ...] [--force]
+    python build_native.py --target-cpu CPU [--target-features F] --name NAME   (one ad-hoc build)
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -26,6 +34,14 @@ RUNTIME_LIBS = (
     "libAsyncRTRuntimeGlobals.so",
     "libMSupportGlobals.so",
 )
+
+
+def isa_table():
+    """python/mojolearn/_isa.py, read without importing the package."""
+    spec = importlib.util.spec_from_file_location("_mojolearn_isa", ROOT / "python" / "mojolearn" / "_isa.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def find_mojo() -> Path:
@@ -65,21 +81,23 @@ def up_to_date(target: Path, extra: tuple = ()) -> bool:
     if not target.exists():
         return False
     t = target.stat().st_mtime
-    deps = list(sources()) + [Path(__file__)] + list(extra)
+    deps = list(sources()) + [Path(__file__), ROOT / "python" / "mojolearn" / "_isa.py"] + list(extra)
     return all(p.stat().st_mtime <= t for p in deps)
 
 
 def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
-          force: bool = False, quiet: bool = False) -> Path:
+          force: bool = False, quiet: bool = False, features: str = "",
+          entry: Path | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     so = out_dir / f"{name}.so"
     if not force and up_to_date(so):
         if not quiet:
             print(f"mojolearn build: {so.relative_to(ROOT) if so.is_relative_to(ROOT) else so} is up to date")
         return so
-    entry = ENTRY
     tmpdir = None
-    if name != "_native":
+    if entry is None and name == "_native":
+        entry = ENTRY
+    elif entry is None:
         # the module name is the file name: compile a renamed copy of the entry
         tmpdir = ROOT / ".build"
         tmpdir.mkdir(exist_ok=True)
@@ -90,6 +108,8 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
            "-o", str(so), "-Xlinker", "-rpath=$ORIGIN"]
     if target_cpu:
         cmd += ["--target-cpu", target_cpu]
+    if features:
+        cmd += ["--target-features", features]
     if not quiet:
         print("mojolearn build:", " ".join(cmd[1:]), flush=True)
     t0 = time.time()
@@ -106,8 +126,8 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
     if r.returncode != 0:
         print("\n".join(msgs), file=sys.stderr)
         raise SystemExit(f"mojolearn build: mojo build failed (exit {r.returncode})")
-    if msgs and not quiet:
-        print("\n".join(msgs))
+    if msgs:  # compiler warnings are shown even for quiet (parallel) builds
+        print(f"mojolearn build: {name}:\n" + "\n".join(msgs), flush=True)
     rt = runtime_dir()
     for lib in RUNTIME_LIBS:
         dst = out_dir / lib
@@ -118,14 +138,59 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
     return so
 
 
+def build_all(out_dir: Path, force: bool = False, isas=None, jobs: int | None = None,
+              quiet: bool = False) -> list:
+    """The probe and every CPU build (or those named in `isas`), in parallel.
+    Returns the paths; prints each build's time and size and the total."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    table = isa_table()
+    rows = [r for r in table.ISAS if isas is None or r[0] in isas]
+    unknown = set(isas or ()) - {r[0] for r in table.ISAS}
+    if unknown:
+        raise SystemExit(f"mojolearn build: unknown ISA {sorted(unknown)}; known: "
+                         f"{[r[0] for r in table.ISAS]}")
+    pname, psrc, pcpu = table.PROBE
+    tasks = [(pname, pcpu, "", SRC / psrc)] + [(r[1], r[2], r[3], None) for r in rows]
+    if jobs is None:
+        jobs = int(os.environ.get("MOJOLEARN_BUILD_JOBS", "0") or 0) or (os.cpu_count() or 1)
+    jobs = max(1, min(jobs, len(tasks)))
+    t0 = time.time()
+
+    def one(t):
+        name, cpu, feats, entry = t
+        s = time.time()
+        so = build(out_dir, cpu, name, force, quiet=True, features=feats, entry=entry)
+        return so, time.time() - s
+
+    with ThreadPoolExecutor(jobs) as ex:
+        done = list(ex.map(one, tasks))
+    if not quiet:
+        for (name, cpu, feats, _), (so, dt) in zip(tasks, done):
+            what = cpu + (f" {feats}" if feats else "")
+            print(f"mojolearn build: {so.name:18s} {what:58s} {dt:6.1f} s "
+                  f"{so.stat().st_size / 1e6:6.2f} MB", flush=True)
+        rt = sum((out_dir / lib).stat().st_size for lib in RUNTIME_LIBS)
+        print(f"mojolearn build: {len(tasks)} libraries in {time.time() - t0:.1f} s "
+              f"({jobs} in parallel); Mojo runtime {rt / 1e6:.2f} MB shared", flush=True)
+    return [so for so, _ in done]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "python" / "mojolearn"))
-    ap.add_argument("--target-cpu", default=None)
-    ap.add_argument("--name", default="_native")
+    ap.add_argument("--isa", action="append", default=None,
+                    help="build only this CPU target (repeatable); default: all")
+    ap.add_argument("--target-cpu", default=None, help="one ad-hoc build (with --name)")
+    ap.add_argument("--target-features", default="")
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
-    build(Path(a.out), a.target_cpu, a.name, a.force)
+    if a.target_cpu or a.name:
+        build(Path(a.out), a.target_cpu, a.name or "_native", a.force, features=a.target_features)
+    else:
+        build_all(Path(a.out), a.force, a.isa, a.jobs)
 
 
 if __name__ == "__main__":

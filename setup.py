@@ -16,7 +16,7 @@ class BuildWithMojo(build_py):
     def run(self):
         super().run()
         pkg = Path(self.build_lib) / "mojolearn"
-        build_native.build(pkg, force=True)
+        build_native.build_all(pkg, force=True)
         results = ROOT / "bench" / "results"
         dst = pkg / "_results"
         dst.mkdir(parents=True, exist_ok=True)

@@ -74,8 +74,8 @@ fi
 
 # ---------------------------------------------------------------- 2 CPU extension
 step "2 CPU extension"
-if [ "$CPU_HALF" = 1 ] && [ -f python/mojolearn/_native.so ]; then
-    echo "--cpu-half: using the existing python/mojolearn/_native.so (make build refreshes it)"
+if [ "$CPU_HALF" = 1 ] && [ -f python/mojolearn/_native_v3.so ]; then
+    echo "--cpu-half: using the existing CPU builds python/mojolearn/_native_*.so (make build refreshes them)"
 else
     "$PY" build_native.py
 fi

@@ -4,9 +4,11 @@ Each case runs mojolearn and its peer(s) interleaved (ours, peer, ours, peer, ..
 and reports medians; after a numpy/torch call the run sleeps SETTLE seconds so
 OpenBLAS's busy-waiting worker threads park before the next contender is timed
 (otherwise they steal a core). Results are checked after timing. The table is
-printed and written to bench/results/<vendor>-<box>.json with a header (machine,
-versions, commit, command, date) and a PNG plot beside it. The fixed15_v1 row of
-mojolearn.profiles.MEASURED is read from that file.
+printed and written to bench/results/<vendor>-<box>-<isa>.json (the CPU build that
+ran: mojolearn.cpu_isa(); `make bench` runs once per build this CPU can run) with a
+header (machine, CPU model, ISA, versions, commit, command, date) and a PNG plot
+beside it. The fixed15_v1 row of mojolearn.profiles.MEASURED is read from those
+files (the row of the build a process runs is preferred).
 
     PYTHONPATH=python .venv/bin/python bench/run.py [--quick] [--reps N] [--only SUBSTR]
 """
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT / "python"))
 import mojolearn  # noqa: E402
 from mojolearn import linalg  # noqa: E402
 from mojolearn.conformance import box  # noqa: E402
+from mojolearn import _cpu  # noqa: E402
 
 # torch's OpenMP workers would otherwise spin for a while after each call and steal a
 # core from the next contender; passive waiting keeps the interleaving fair.
@@ -151,7 +154,7 @@ def main(argv=None):
     B = Bench(reps, a.only)
     rng = np.random.default_rng(0)
     threads = mojolearn.get_num_threads()
-    print(f"mojolearn bench: {box()}, {threads} threads, {reps} interleaved reps, "
+    print(f"mojolearn bench: {box()}, isa {mojolearn.cpu_isa()}, {threads} threads, {reps} interleaved reps, "
           f"torch {'yes' if torch else 'not installed'}")
 
     # ------------------------------------------------ converters, 16 Mi elements
@@ -278,7 +281,8 @@ def main(argv=None):
     bx = box()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     slug = re.sub(r"[^a-z0-9]+", "-", bx.lower()).strip("-")
-    out = Path(a.out) if a.out else RESULTS / f"{vend}-{slug}{'-quick' if a.quick else ''}.json"
+    isa = mojolearn.cpu_isa()
+    out = Path(a.out) if a.out else RESULTS / f"{vend}-{slug}-{isa}{'-quick' if a.quick else ''}.json"
     import importlib.metadata as md
 
     def ver(p):
@@ -288,9 +292,10 @@ def main(argv=None):
             return None
 
     data = {
-        "vendor": vend, "box": bx, "date": stamp, "commit": commit,
-        "command": "make bench" if not a.quick else "bench/run.py --quick",
-        "machine": {"cpu": bx, "cores_used": threads, "platform": platform.platform()},
+        "vendor": vend, "box": bx, "isa": isa, "date": stamp, "commit": commit,
+        "command": (f"make bench (MOJOLEARN_ISA={isa})" if not a.quick else "bench/run.py --quick"),
+        "machine": {"cpu": bx, "cpu_model": _cpu.brand(), "isa": isa, "cores_used": threads,
+                    "platform": platform.platform()},
         "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
                      "torch": ver("torch"), "python": platform.python_version()},
         "method": f"medians of {reps} interleaved reps after one warm-up; {SETTLE}s settle after numpy/torch calls; ratio = peer time / mojolearn time (>1: mojolearn faster)",
@@ -299,7 +304,7 @@ def main(argv=None):
     if model_over and not a.quick and not a.only:
         data["profiles"] = {"fixed15_v1": {
             "over": [round(model_over["lo"], 3), round(model_over["hi"], 3)],
-            "box": bx,
+            "box": bx, "isa": isa,
             "what": "CausalLM.forward, prefill of 512 tokens at batch 1, SmolLM2-135M, fixed15_v1 "
                     "over fp32_v1 (weights prepared at load, activation quantization counted), "
                     f"{threads} threads; range of the paired per-rep ratios, median "
@@ -346,7 +351,8 @@ def plot(data, path):
     ax.set_yticks(range(len(rows)), names, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("speed ratio (peer time / mojolearn time; > 1 = mojolearn faster)")
-    ax.set_title(f"mojolearn {data['versions']['mojolearn']} on {data['box']} ({data['vendor']}), "
+    isa = f", isa {data['isa']}" if data.get("isa") else ""
+    ax.set_title(f"mojolearn {data['versions']['mojolearn']} on {data['box']} ({data['vendor']}{isa}), "
                  f"{data['machine']['cores_used']} threads, commit {data['commit']}, {data['date']}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

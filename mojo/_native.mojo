@@ -23,6 +23,7 @@ from gemm.cpu.entry import register_gemm
 from transformer.cpu.entry import register_nn
 from transformer.gpu.cpu_run import register_nn_gpu_reference
 from gpu.cpu_run import register_gpu_reference
+from common.cpu import build_isa, request_amx_permission
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -263,9 +264,17 @@ def mxcsr_set(args: PythonObject) raises -> PythonObject:
     return PythonObject(Int(old))
 
 
+def isa(args: PythonObject) raises -> PythonObject:
+    """The instruction sets this build's kernels use (e.g. 'avx2', 'avx512vnni')."""
+    return PythonObject(build_isa())
+
+
 @export
 def PyInit__native() abi("C") -> PythonObject:
     try:
+        if not request_amx_permission():
+            abort("mojolearn._native: Linux refused AMX tile data to this process "
+                  "(arch_prctl ARCH_REQ_XCOMP_PERM); use MOJOLEARN_ISA=v4")
         var m = PythonModuleBuilder("_native")
         m.def_function[to_bf16]("to_bf16")
         m.def_function[from_bf16]("from_bf16")
@@ -276,6 +285,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[strided_copy]("strided_copy")
         m.def_function[mxcsr]("mxcsr")
         m.def_function[mxcsr_set]("mxcsr_set")
+        m.def_function[isa]("isa")
         register_gemm(m)
         register_nn(m)
         register_nn_gpu_reference(m)

@@ -228,6 +228,62 @@ def test_env_thread_count_refusals(value, exc):
         assert msg.startswith("mojolearn:") and "MOJOLEARN_NUM_THREADS" in msg, msg
 
 
+_ISA_CHILD = textwrap.dedent("""
+    import mojolearn
+    from mojolearn import linalg
+    import array
+    a = memoryview(array.array("f", [1.0])).cast("B").cast("f", (1, 1))
+    try:
+        linalg.matmul(a, a)
+        print("OK|" + mojolearn.cpu_isa())
+    except Exception as e:
+        print(type(e).__name__ + "|" + str(e))
+""")
+
+
+@pytest.mark.parametrize("env,msg", [
+    ({"MOJOLEARN_ISA": "avx9000"},
+     "mojolearn: MOJOLEARN_ISA='avx9000' is not a CPU build; use one of amx, v4, v3"),
+    ({"MOJOLEARN_ISA": "_native_v3"},
+     "mojolearn: MOJOLEARN_ISA='_native_v3' is not a CPU build; use one of amx, v4, v3"),
+    ({"MOJOLEARN_NATIVE": "_native_zen9"},
+     "mojolearn: MOJOLEARN_NATIVE='_native_zen9' is not a CPU build; use one of amx, v4, v3"),
+    ({"MOJOLEARN_ISA": "amx", "MOJOLEARN_CPU_HIDE": "amx-int8"},
+     "mojolearn: MOJOLEARN_ISA=amx cannot run on this CPU: the CPU lacks amx-int8 (hidden by "
+     "MOJOLEARN_CPU_HIDE); builds this CPU runs: "),
+    ({"MOJOLEARN_ISA": "amx", "MOJOLEARN_CPU_HIDE": "amx-permission"},
+     "mojolearn: MOJOLEARN_ISA=amx cannot run on this CPU: "),
+    ({"MOJOLEARN_ISA": "v4", "MOJOLEARN_CPU_HIDE": "avx512bw"},
+     "mojolearn: MOJOLEARN_ISA=v4 cannot run on this CPU: the CPU lacks avx512bw (hidden by "
+     "MOJOLEARN_CPU_HIDE); builds this CPU runs: v3 (unset MOJOLEARN_ISA to pick the best)"),
+    ({"MOJOLEARN_CPU_HIDE": "avx2"},
+     "mojolearn: this CPU cannot run any build of the kernels: amx: the CPU lacks avx2"),
+    ({"MOJOLEARN_CPU_HIDE": "sse9"}, "mojolearn: MOJOLEARN_CPU_HIDE names unknown CPU features ['sse9']"),
+])
+def test_isa_refusals(env, msg):
+    """7 (CPU builds): a MOJOLEARN_ISA that names no build, or a build this CPU cannot run (here by hiding
+    a feature it has), is an ImportError naming the variable and the missing feature:
+    the build is never imported (it would die with SIGILL in its import)."""
+    from mojolearn import _cpu
+
+    if env.get("MOJOLEARN_ISA") == "amx" and _cpu.refusal("amx"):
+        # on a CPU without AMX the refusal names what it really lacks
+        msg = f"mojolearn: MOJOLEARN_ISA=amx cannot run on this CPU: {_cpu.refusal('amx')}"
+    if env.get("MOJOLEARN_ISA") == "v4" and _cpu.refusal("v4"):
+        msg = f"mojolearn: MOJOLEARN_ISA=v4 cannot run on this CPU: the CPU lacks "
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(ROOT)]))
+    for k in ("MOJOLEARN_ISA", "MOJOLEARN_NATIVE", "MOJOLEARN_CPU_HIDE"):
+        full.pop(k, None)
+    full.update(env)
+    p = subprocess.run([sys.executable, "-c", _ISA_CHILD], env=full, cwd=str(ROOT),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    kind, _, text = p.stdout.strip().partition("|")
+    assert kind == "ImportError", p.stdout
+    assert text.startswith(msg), text
+    assert "amx-permission" not in env.get("MOJOLEARN_CPU_HIDE", "") or "permission" in text
+
+
 _MEM_CHILD = textwrap.dedent("""
     import numpy as np
     from mojolearn import linalg

@@ -391,3 +391,71 @@ def test_decode_rows_extreme_codes(m):
         ea, eb = np.zeros(m, np.int32), np.array([0, -2, 1], np.int32)
         got = linalg.matmul_int15((ah, al, ea), (bh, bl, eb))
         assert_same_bits(got, O.gemm_int15(ah, al, ea, bh, bl, eb), f"m={m} k={k}")
+
+
+# ---------------------------------------------------------------- tile-unit edges
+def _extreme_codes(rows, k, lo, hi, rng):
+    """Codes drawn from the ends of the range and a few middles (the sums' worst cases)."""
+    pool = np.array([lo, lo + 1, -1, 0, 1, hi - 1, hi], np.int64)
+    return pool[rng.integers(0, len(pool), size=(rows, k))]
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_tile_unit_edges(profile):
+    """L-5 / W-3: the AMX kernels' edges (16 x 16 x 64-byte tiles in 2 x 2 blocks of
+    32 x 32; every other build runs the same cases): m and n either side of 16 and 32,
+    k either side of the 64-byte k-blocks, extreme codes as tuples."""
+    rng = np.random.default_rng(64)
+    ms, ns = [1, 15, 16, 17, 31, 32, 33, 48, 63, 65], [1, 15, 16, 17, 31, 32, 33, 47, 64, 65]
+    for k in (1, 63, 64, 65, 127, 128, 129, 191, 257):
+        if profile == "int8":
+            A, B = _extreme_codes(max(ms), k, -127, 127, rng), _extreme_codes(max(ns), k, -127, 127, rng)
+            qa = (A.astype(np.int8), rng.integers(-3, 3, size=max(ms)).astype(np.int32))
+            qb = (B.astype(np.int8), rng.integers(-3, 3, size=max(ns)).astype(np.int32))
+            full = O.gemm_int(*qa, *qb)
+            fn = linalg.matmul_int8
+        else:
+            A, B = _extreme_codes(max(ms), k, -16383, 16383, rng), _extreme_codes(max(ns), k, -16383, 16383, rng)
+            qa = (*split15(A), rng.integers(-3, 3, size=max(ms)).astype(np.int32))
+            qb = (*split15(B), rng.integers(-3, 3, size=max(ns)).astype(np.int32))
+            full = O.gemm_int15(*qa, *qb)
+            fn = linalg.matmul_int15
+        for m in ms:
+            for n in ns:
+                got = fn(tuple(x[:m] for x in qa), tuple(x[:n] for x in qb))
+                assert_same_bits(got, full[:m, :n], f"{profile} m={m} k={k} n={n}")
+
+
+@pytest.mark.parametrize("profile,m,k,n", [("int8", 65, 16384, 257), ("int15", 65, 16384, 257)])
+def test_packing_block_edges(profile, m, k, n):
+    """L-5 / W-3: at k = 16384 the AMX kernels pack A in blocks of 64 rows and B in
+    chunks of 256 columns (1 MiB / 4 MiB); m = 65 and n = 257 cross both."""
+    fn, ora, _ = PROFILES[profile]
+    a = (RNG.standard_normal((m, k)) * 2.0 ** RNG.integers(-3, 3, size=(m, 1))).astype(F32)
+    b = (RNG.standard_normal((n, k)) * 2.0 ** RNG.integers(-3, 3, size=(n, 1))).astype(F32)
+    assert_same_bits(fn(a, b), ora(a, b), f"{profile} {m}x{k}x{n}")
+
+
+@pytest.mark.parametrize("k", [511, 512, 513, 1025, 65536])
+def test_int15_sums_exact_for_any_planes(k):
+    """W-3 W-4: int15 sums are exact for any int8 planes (codes hi * 128 + lo down to
+    -16512) up to k = 65536 on every build: the AVX2 kernel's int32 partial sums (256
+    k-pairs of whole-code x plane products) move to int64 before they can overflow
+    (k = 511..513, 1025 cross that), the int8-piece kernels sum each piece in int32."""
+    rng = np.random.default_rng(k)
+    hi_pool = np.array([-128, -128, 127, 127, 0, -1], np.int8)
+    lo_pool = np.array([-128, 127, 127, 0, -128, 5], np.int8)
+    rows = 4 if k == 65536 else 9
+    ah, al = hi_pool[rng.integers(0, 6, (rows, k))], lo_pool[rng.integers(0, 6, (rows, k))]
+    bh, bl = hi_pool[rng.integers(0, 6, (rows + 1, k))], lo_pool[rng.integers(0, 6, (rows + 1, k))]
+    # the extremes on every product: (-16512)**2 and 16383 * -16512 in whole rows
+    ah[0], al[0], bh[0], bl[0] = -128, -128, -128, -128
+    bh[1], bl[1] = 127, 127
+    ea, eb = np.zeros(rows, np.int32), np.zeros(rows + 1, np.int32)
+    got = linalg.matmul_int15((ah, al, ea), (bh, bl, eb))
+    # the oracle takes quantizer-range codes only; here S is computed directly (exact
+    # in int64, |S| <= 65536 * 16512**2 < 2**53) and rounded once (exponents 0)
+    A = ah.astype(np.int64) * 128 + al.astype(np.int64)
+    B = bh.astype(np.int64) * 128 + bl.astype(np.int64)
+    want = (A @ B.T).astype(np.float64).astype(F32)
+    assert_same_bits(got, want, f"k={k}")

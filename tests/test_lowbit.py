@@ -468,15 +468,17 @@ def test_missing_linalg_is_import_error(monkeypatch):
 
 def test_missing_native_extension_is_import_error(monkeypatch):
     """Rule (conversion runs in the extension): without the compiled extension
-    mojolearn._native, converting raises ImportError naming it."""
+    (mojolearn._native_<isa>, the build this CPU runs), converting raises ImportError
+    naming it."""
     import mojolearn
-    from mojolearn import _native_loader
+    from mojolearn import _native_loader, _cpu
+    name = _cpu.choose()[1]
     monkeypatch.setattr(_native_loader, "_mod", None)
-    monkeypatch.setitem(sys.modules, "mojolearn._native", None)
-    monkeypatch.delattr(mojolearn, "_native", raising=False)
+    monkeypatch.setitem(sys.modules, f"mojolearn.{name}", None)
+    monkeypatch.delattr(mojolearn, name, raising=False)
     with pytest.raises(ImportError) as e:
         pack_one(f32(2, 3), "int8")
-    assert_mojolearn_msg(e, "lowbit.pack_one", "mojolearn._native")
+    assert_mojolearn_msg(e, "lowbit.pack_one", f"mojolearn.{name}")
 
 
 # ---------------------------------------------------------------------------

@@ -7,9 +7,13 @@
     y = linalg.matmul_int15(x, q)      # int15i64.v1: exact integer sums
 
 Modules: linalg (kernels), profiles (the numeric-profile table), lowbit (weight
-storage), checkpoint (safetensors files), torch (torch's products under fp32.v1). The contracts live in contracts/.
+storage), checkpoint (safetensors files), torch (torch's products under fp32.v1).
+The contracts live in contracts/.
+mojolearn.cpu_isa() names the CPU build serving the kernels ('amx', 'v4', 'v3'):
+the best this CPU runs, or the one MOJOLEARN_ISA forces; all give the same bits.
 """
 from ._array import Array
+from ._cpu import cpu_isa
 from ._device import get_device, set_device, vendor
 from ._threads import get_num_threads, set_num_threads
 from . import linalg, profiles
@@ -35,7 +39,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Array", "vendor", "get_device", "set_device", "get_num_threads", "set_num_threads", "linalg", "profiles",
+    "Array", "cpu_isa", "vendor", "get_device", "set_device", "get_num_threads", "set_num_threads", "linalg", "profiles",
     "lowbit", "checkpoint", "torch", "NumericProfileSpeedWarning", "numeric_profile",
     "set_numeric_profile", "numeric_profiles", "numeric_profile_measured",
 ]

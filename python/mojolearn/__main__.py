@@ -6,7 +6,7 @@ def _main() -> int:
     args = sys.argv[1:]
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m mojolearn conformance [--golden FILE] [--export FILE] "
-              "[--sabotage] [--quiet]\n       python -m mojolearn conformance diff A.json B.json\n"
+              "[--sabotage] [--quiet] [--every-isa]\n       python -m mojolearn conformance diff A.json B.json\n"
               "       python -m mojolearn quality MODEL --profile fixed15_v1 --builtin prose ...")
         return 0 if args else 2
     if args[0] == "conformance":

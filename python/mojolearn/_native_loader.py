@@ -1,4 +1,6 @@
-"""Loads the compiled Mojo extension (``mojolearn._native``) on first use.
+"""Loads the compiled Mojo extension on first use: the CPU build that
+mojolearn._cpu chooses for this CPU (``mojolearn._native_amx``, ``_native_v4`` or
+``_native_v3``; ``MOJOLEARN_ISA`` forces one), decided BEFORE it is imported.
 
 An install without it refuses by name with ImportError instead of computing
 anything another way: there is no Python fallback for a kernel.
@@ -8,9 +10,8 @@ from __future__ import annotations
 import importlib
 import os
 
-# MOJOLEARN_NATIVE names another build of the same kernels (e.g. `_native_v3`, the
-# x86-64-v3 build `make conformance` compares against the native one).
-NATIVE_ENV = "MOJOLEARN_NATIVE"
+from . import _cpu
+
 _mod = None
 
 
@@ -28,15 +29,14 @@ def native():
 def cpu_native():
     global _mod
     if _mod is None:
-        name = os.environ.get(NATIVE_ENV, "_native").strip() or "_native"
-        if not name.isidentifier():
-            raise ImportError(f"mojolearn: {NATIVE_ENV}={name!r} is not a module name")
+        isa, name = _cpu.choose()  # raises ImportError naming what this CPU lacks
         try:
             m = importlib.import_module(f"mojolearn.{name}")
         except ImportError as e:
             raise ImportError(
-                f"mojolearn: the compiled Mojo extension mojolearn.{name} is missing or "
-                f"cannot load ({e}); build it with `make build` (or `pip install .`)"
+                f"mojolearn: the compiled Mojo extension mojolearn.{name} (the {isa} build "
+                f"this CPU runs) is missing or cannot load ({e}); build it with `make build` "
+                "(or `pip install .`)"
             ) from e
         _restore_environment()
         _mod = m

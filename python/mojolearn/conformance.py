@@ -1,7 +1,14 @@
 """The conformance run: every lane of this build against the committed golden hashes.
 
     python -m mojolearn conformance [--golden FILE] [--export FILE] [--sabotage] [--quiet]
+    python -m mojolearn conformance --every-isa [--golden FILE] [--sabotage] [--quiet]
     python -m mojolearn conformance diff A.json B.json
+
+EVERY CPU BUILD
+    A run checks the build this process loads (mojolearn.cpu_isa(); MOJOLEARN_ISA
+    forces one). --every-isa runs the whole check once per CPU build in a child
+    process each (v3, v4, amx: python/mojolearn/_isa.py), and names every build it
+    skipped and why (the features this CPU lacks). `make conformance` does this.
 
 WHAT IT CHECKS
     Each lane (a GEMM profile in one layout, or a converter) runs over seeded
@@ -44,6 +51,7 @@ from pathlib import Path
 
 from . import _array, linalg
 from ._device import vendor
+from ._cpu import cpu_isa
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_CANDIDATES = (
@@ -419,7 +427,7 @@ def column(results: dict) -> dict:
     from ._native_loader import native
 
     return {
-        "vendor": vendor(), "box": box(), "native": native().__name__,
+        "vendor": vendor(), "box": box(), "native": native().__name__, "isa": cpu_isa(),
         "versions": {"mojolearn": "0.1.0", "max": ver("max"), "python": platform.python_version()},
         "convention": "sha256(str(dtype) + str(shape) + C-order bytes per array)[:16]",
         "hashes": results,
@@ -442,6 +450,33 @@ def diff(a_path, b_path, stream=sys.stdout) -> int:
     return 1 if bad else 0
 
 
+def every_isa(child_args) -> int:
+    """The conformance run once per CPU build this CPU can run (a child process each,
+    MOJOLEARN_ISA=<name>); the others are named with the reason they are skipped."""
+    import subprocess
+
+    from . import _cpu
+
+    worst, ran, skipped = 0, [], []
+    for name in _cpu.isa_names():
+        why = _cpu.refusal(name)
+        if why:
+            skipped.append(name)
+            print(f"SKIPPED isa={name}: {why}", flush=True)
+            continue
+        env = {k: v for k, v in os.environ.items() if k != _cpu.NATIVE_ENV}
+        env[_cpu.ENV] = name
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent)] + [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        print(f"== isa={name}", flush=True)
+        r = subprocess.run([sys.executable, "-m", "mojolearn", "conformance", *child_args],
+                           env=env)
+        ran.append(f"{name}:{'ok' if r.returncode == 0 else f'exit {r.returncode}'}")
+        worst = max(worst, r.returncode)
+    print(f"every isa: ran {', '.join(ran) or 'none'}; skipped {', '.join(skipped) or 'none'}")
+    return worst if ran else 2
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "diff":
@@ -458,7 +493,14 @@ def main(argv=None) -> int:
     ap.add_argument("--export", default=None)
     ap.add_argument("--sabotage", action="store_true")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--every-isa", action="store_true")
     args = ap.parse_args(argv)
+    if args.every_isa:
+        if args.export:
+            print("mojolearn: conformance: --export writes one build's column; run it with "
+                  "MOJOLEARN_ISA=<name> instead of --every-isa", file=sys.stderr)
+            return 2
+        return every_isa([a for a in argv if a != "--every-isa"])
     try:
         golden = load_golden(args.golden)
         results, mism = run(golden, quiet=args.quiet, sabotage=args.sabotage)
@@ -472,7 +514,7 @@ def main(argv=None) -> int:
 
     lane_bad = sum(1 for key, _, _ in mism if not key.startswith("identity/"))
     id_bad = len(mism) - lane_bad
-    print(f"conformance ({native().__name__}, {vendor()}, {box()}): "
+    print(f"conformance ({native().__name__}, isa {cpu_isa()}, {vendor()}, {box()}): "
           f"{len(results) - lane_bad} lanes match, {lane_bad} mismatch; "
           f"identity checks: {id_bad} differ")
     for key, want, got in mism:

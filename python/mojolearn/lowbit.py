@@ -73,7 +73,7 @@ def _linalg(func: str):
     except ImportError as e:
         raise ImportError(
             f"mojolearn: lowbit.{func}: converting weights needs mojolearn.linalg "
-            f"and the compiled Mojo extension mojolearn._native, which could not "
+            f"and the compiled Mojo extension (mojolearn._native_<isa>), which could not "
             f"be imported ({e}); build the extension (`make build`) or install a "
             f"mojolearn wheel that includes it"
         ) from e
@@ -95,7 +95,7 @@ def _convert(func: str, conv: str, *args):
     except ImportError as e:
         raise ImportError(
             f"mojolearn: lowbit.{func}: the {conv} converter needs the compiled "
-            f"Mojo extension mojolearn._native, which is missing ({e}); build it "
+            f"Mojo extension (mojolearn._native_<isa>), which is missing ({e}); build it "
             f"(`make build`) or install a mojolearn wheel that includes it"
         ) from e
 

@@ -442,8 +442,9 @@ def _maybe_warn_speed(name: str, what: str) -> None:
         _warned.add((name, vendor))
     warnings.warn(
         f"mojolearn: {what}={name!r} was measured {lo:g}x to {hi:g}x the time of "
-        f"fp32_v1 on this vendor ({vendor}, box: {row['box']}); operation timed: "
-        f"{row['what']}; source: {row['source']}. It runs anyway, in {name} as "
+        f"fp32_v1 on this vendor ({vendor}, box: {row['box']}"
+        + (f", isa: {row['isa']}" if row.get("isa") else "") + "); operation timed: "
+        + f"{row['what']}; source: {row['source']}. It runs anyway, in {name} as "
         f"asked. For fp32_v1 speed pass {what}='fp32_v1' (or "
         f"set_numeric_profile('fp32_v1') / {ENV}=fp32_v1).",
         NumericProfileSpeedWarning,
@@ -544,15 +545,31 @@ def _parse_file(path: Path):
             )
         row = _parse_row(entry, f"profiles[{name!r}]: ")
         row["box"] = box
+        isa = data.get("isa")
+        if isinstance(isa, str) and isa:
+            row["isa"] = isa  # the CPU build it was measured with (mojolearn.cpu_isa())
         rows.append((name, vendor, row))
     return rows
+
+
+def _this_isa():
+    """The CPU build this process runs, or None when that cannot be decided (the
+    error then surfaces at the first kernel call, not here)."""
+    try:
+        from ._cpu import cpu_isa
+
+        return cpu_isa()
+    except ImportError:
+        return None
 
 
 def _load_measured(paths) -> dict:
     """Rebuild MEASURED (in place) from ``paths``: result files or folders of
     ``*.json``. Files without 'profiles' are ignored; a malformed file is
     skipped with a warning. Files are read in sorted order within a folder;
-    a later file's row replaces an earlier one for the same (profile, vendor)."""
+    a later file's row replaces an earlier one for the same (profile, vendor),
+    except that a row measured with the CPU build this process runs (its 'isa',
+    mojolearn.cpu_isa()) is never replaced by one measured with another build."""
     files = []
     for p in paths:
         p = Path(p)
@@ -573,7 +590,10 @@ def _load_measured(paths) -> dict:
             )
             continue
         for name, vendor, row in rows or ():
-            table.setdefault(name, {})[vendor] = row
+            old = table.setdefault(name, {}).get(vendor)
+            if old is not None and old.get("isa") == _this_isa() and row.get("isa") != old.get("isa"):
+                continue
+            table[name][vendor] = row
     with _lock:
         MEASURED.clear()
         MEASURED.update(table)

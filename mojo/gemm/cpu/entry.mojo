@@ -11,6 +11,9 @@ from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
 from gemm.cpu.tree import ftz
 from gemm.cpu.int_gemm import IntArgs, int_block, int_ws
 from gemm.cpu.int_rows import INT_ROWS_MAX, a_codes, int_rows
+from gemm.cpu.amx_int import amx_block, amx_ws
+from gemm.cpu.avx2_int import avx2_block, avx2_ws
+from std.sys.info import CompilationTarget
 from gemm.cpu.pack_int import IMR, INR
 from common.ptr import U32Ptr
 from std.memory.alloc import unsafe_alloc
@@ -171,6 +174,10 @@ def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
     else:
         rows = chunk_bounds(g.m, t_count, 0, IMR)[1]
     var per_task = int_ws(g, rows, cols)
+    comptime if CompilationTarget.has_intel_amx():
+        per_task = round_up(amx_ws(g, rows, cols), 16)
+    elif not CompilationTarget.has_avx512f():
+        per_task = round_up(avx2_ws(g, rows, cols), 16)
     var need = per_task * t_count * 4
     var own = ws_bytes < need
     var ws = U32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[UInt32](
@@ -182,10 +189,20 @@ def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
         var old = enter_contract_mode()
         if split_n:
             var b = chunk_bounds(g.n, t_count, t, INR)
-            int_block(g, 0, g.m, b[0], b[1], w)
+            comptime if CompilationTarget.has_intel_amx():
+                amx_block(g, 0, g.m, b[0], b[1], w)
+            elif not CompilationTarget.has_avx512f():
+                avx2_block(g, 0, g.m, b[0], b[1], w)
+            else:
+                int_block(g, 0, g.m, b[0], b[1], w)
         else:
             var b = chunk_bounds(g.m, t_count, t, IMR)
-            int_block(g, b[0], b[1], 0, g.n, w)
+            comptime if CompilationTarget.has_intel_amx():
+                amx_block(g, b[0], b[1], 0, g.n, w)
+            elif not CompilationTarget.has_avx512f():
+                avx2_block(g, b[0], b[1], 0, g.n, w)
+            else:
+                int_block(g, b[0], b[1], 0, g.n, w)
         leave_contract_mode(old)
 
     if t_count == 1:

@@ -63,7 +63,7 @@ def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
 
 
 @always_inline
-def _store(
+def store_scaled(
     g: IntArgs, s: SIMD[DType.float32, IW], ea_i: Int32, eb: I32Ptr, i: Int, j: Int, nr: Int
 ):
     # the true exponent sum (int64: no wrap-around), clamped to a range where pow2f
@@ -157,7 +157,7 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                                         var csum = cs_h.unsafe_load[width=IW](jj)
                                         var a32 = acc[i * INV + v] if half == 0 else acc2[i * INV + v]
                                         var f = (a32 - csum * 128).cast[DType.float32]()
-                                        _store(g, f, ea.unsafe_load(r), eb, r, jc + jj, nc - jj)
+                                        store_scaled(g, f, ea.unsafe_load(r), eb, r, jc + jj, nc - jj)
                     else:
                         # HH' and HL' (A hi offset by +128)
                         comptime for q in range(IMR * INV):
@@ -187,6 +187,6 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                                     var ll = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
                                     var s = (hh[i * INV + v] << 14) + ((mid[i * INV + v] + lh) << 7) + ll
                                     var f = s.cast[DType.float32]()
-                                    _store(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
+                                    store_scaled(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
             ic += IMC
         jc += nc_max

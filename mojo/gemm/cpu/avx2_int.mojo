@@ -1,0 +1,237 @@
+"""int8i32.v1 and int15i64.v1 with AVX2 (the v3 build: x86-64-v3, no AVX-512).
+Lowbit contract L-5/L-7, W-3/W-4. Called by gemm/cpu/entry.mojo for each task's
+rectangle when the build has AVX2 but not AVX-512.
+
+THE EXACT ROUTE: vpmaddwd ON 16-BIT VALUES
+    `vpmaddubsw` (u8 x s8) saturates its 16-bit pair sums, so it is not used. Every
+    code is sign-extended to 16 bits and `vpmaddwd` multiplies 16-bit pairs and adds
+    each pair into an int32 lane: |pair sum| <= 2 * 128 * 16512 < 2**31 for any int8
+    code and any int15 code built from int8 planes (|hi * 128 + lo| <= 16512), so no
+    pair sum ever wraps or saturates.
+    int8: codes x codes, int32 sums (wrapping int32, like every other build; the
+    true |S| < 2**31 by L-7).
+    int15: A's whole 15-bit code (hi * 128 + lo, 16 bits) x B's hi and lo planes
+    (int8 values as 16 bits): S = 128 * sum(a * bh) + sum(a * bl). Each pair sum is
+    below 2 * 16512 * 128 = 2**22.01, so an int32 lane takes 256 of them safely
+    (< 2**30.1); the int32 partial sums are moved into int64 every 256 k-pairs.
+
+PACKING (k padded with zero codes to a multiple of 2)
+    A panel (MR rows): for each k-pair p, MR words of two int16 (a[i, 2p], a[i, 2p+1]).
+    B panel (NR columns): for each k-pair p, NR words of two int16; int15 keeps one
+    panel per plane.
+"""
+from std.sys import llvm_intrinsic
+from std.sys.info import CompilationTarget
+from std.collections import Array
+from common.ptr import I8Ptr, I32Ptr, U32Ptr
+from gemm.cpu.blocking import round_up
+from gemm.cpu.int_gemm import IntArgs, store_scaled
+
+comptime AMR = 6  # rows per register tile
+comptime AMR15 = 3  # int15 keeps two sums per output
+comptime ANR = 16  # columns per register tile (two 8-lane vectors)
+comptime AV = 8  # int32 lanes per vector
+comptime FLUSH_PAIRS = 256  # int15: k-pairs summed in int32 before moving to int64
+comptime A_BLOCK_BYTES = 256 * 1024
+comptime B_CHUNK_BYTES = 2 * 1024 * 1024
+comptime ACC15_WORDS = 2 * AMR15 * ANR * 2  # int64 sums of one int15 tile, as words
+
+
+@always_inline
+def _pairs(k: Int) -> Int:
+    return (k + 1) // 2
+
+
+def avx2_mc(k: Int, rows: Int) -> Int:
+    var mc = max(AMR, (A_BLOCK_BYTES // (_pairs(k) * 4)) // AMR * AMR)
+    return min(mc, round_up(rows, AMR))
+
+
+def avx2_nc(g: IntArgs, cols: Int) -> Int:
+    var planes = 2 if g.int15 else 1
+    var nc = max(ANR, (B_CHUNK_BYTES // (_pairs(g.k) * 4 * planes)) // ANR * ANR)
+    return min(nc, round_up(cols, ANR))
+
+
+def avx2_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
+    """Workspace (32-bit words) of one task."""
+    var kp = _pairs(g.k)
+    var planes = 2 if g.int15 else 1
+    return (round_up(avx2_mc(g.k, rows), AMR) * kp + planes * avx2_nc(g, cols) * kp
+            + ACC15_WORDS + 16)
+
+
+@always_inline
+def _code(hi: I8Ptr, lo: I8Ptr, int15: Bool, off: Int) -> Int16:
+    if int15:
+        return Int16(hi.unsafe_load(off)) * 128 + Int16(lo.unsafe_load(off))
+    return Int16(hi.unsafe_load(off))
+
+
+@always_inline
+def _word(a: Int16, b: Int16) -> UInt32:
+    return UInt32(UInt16(a)) | (UInt32(UInt16(b)) << 16)
+
+
+def pack_a_avx2(g: IntArgs, i0: Int, mc: Int, mr: Int, dst: U32Ptr):
+    """Rows [i0, i0 + mc) into mr-row panels of k-pair words (int15: whole codes);
+    rows past mc are zero."""
+    var k = g.k
+    var kp = _pairs(k)
+    var hi = I8Ptr(unsafe_from_address=g.a_hi)
+    var lo = I8Ptr(unsafe_from_address=g.a_lo)
+    var rows = round_up(mc, mr)
+    for r in range(rows):
+        var d = dst.unsafe_offset((r // mr) * mr * kp + r % mr)
+        if r < mc:
+            var base = (i0 + r) * k
+            for p in range(k // 2):
+                d.unsafe_store(p * mr, _word(_code(hi, lo, g.int15, base + 2 * p),
+                                             _code(hi, lo, g.int15, base + 2 * p + 1)))
+            if k % 2 == 1:
+                d.unsafe_store((kp - 1) * mr, _word(_code(hi, lo, g.int15, base + k - 1), 0))
+        else:
+            for p in range(kp):
+                d.unsafe_store(p * mr, UInt32(0))
+
+
+def pack_b_avx2(src: I8Ptr, k: Int, j0: Int, nc: Int, dst: U32Ptr):
+    """Columns [j0, j0 + nc) (rows of the stored (n, k) plane) into ANR-column panels
+    of k-pair words; columns past nc are zero."""
+    var kp = _pairs(k)
+    var cols = round_up(nc, ANR)
+    for j in range(cols):
+        var d = dst.unsafe_offset((j // ANR) * ANR * kp + j % ANR)
+        if j < nc:
+            var row = src.unsafe_offset((j0 + j) * k)
+            for p in range(k // 2):
+                d.unsafe_store(p * ANR, _word(Int16(row.unsafe_load(2 * p)), Int16(row.unsafe_load(2 * p + 1))))
+            if k % 2 == 1:
+                d.unsafe_store((kp - 1) * ANR, _word(Int16(row.unsafe_load(k - 1)), 0))
+        else:
+            for p in range(kp):
+                d.unsafe_store(p * ANR, UInt32(0))
+
+
+@always_inline
+def _madd(a: UInt32, b: SIMD[DType.uint32, AV]) -> SIMD[DType.int32, AV]:
+    """Eight lanes of a.lo * b.lo + a.hi * b.hi (16-bit halves, exact in int32)."""
+    var av = SIMD[DType.uint32, AV](a)
+    comptime if CompilationTarget.has_avx2():
+        return llvm_intrinsic["llvm.x86.avx2.pmadd.wd", SIMD[DType.int32, AV]](
+            bitcast16(av), bitcast16(b)
+        )
+    else:
+        var r = SIMD[DType.int32, AV](0)
+        comptime for h in range(2):
+            var sh = SIMD[DType.int32, AV](16 - 16 * h)
+            var x = (bitcast_i32(av) << sh) >> 16
+            var y = (bitcast_i32(b) << sh) >> 16
+            r += x * y
+        return r
+
+
+@always_inline
+def bitcast_i32(v: SIMD[DType.uint32, AV]) -> SIMD[DType.int32, AV]:
+    from std.memory import bitcast
+
+    return bitcast[DType.int32, AV](v)
+
+
+@always_inline
+def bitcast16(v: SIMD[DType.uint32, AV]) -> SIMD[DType.int16, 2 * AV]:
+    from std.memory import bitcast
+
+    return bitcast[DType.int16, 2 * AV](v)
+
+
+@always_inline
+def _tile_int8(a: U32Ptr, b: U32Ptr, kp: Int, mut acc: Array[SIMD[DType.int32, AV], 2 * AMR]):
+    for p in range(kp):
+        var b0 = b.unsafe_load[width=AV](p * ANR)
+        var b1 = b.unsafe_load[width=AV](p * ANR + AV)
+        comptime for i in range(AMR):
+            var w = a.unsafe_load(p * AMR + i)
+            acc[2 * i] += _madd(w, b0)
+            acc[2 * i + 1] += _madd(w, b1)
+
+
+@always_inline
+def _tile_int15(a: U32Ptr, bh: U32Ptr, bl: U32Ptr, p0: Int, p1: Int,
+                mut h: Array[SIMD[DType.int32, AV], 2 * AMR15], mut l: Array[SIMD[DType.int32, AV], 2 * AMR15]):
+    for p in range(p0, p1):
+        comptime for v in range(2):
+            var vh = bh.unsafe_load[width=AV](p * ANR + v * AV)
+            var vl = bl.unsafe_load[width=AV](p * ANR + v * AV)
+            comptime for i in range(AMR15):
+                var w = a.unsafe_load(p * AMR15 + i)
+                h[2 * i + v] += _madd(w, vh)
+                l[2 * i + v] += _madd(w, vl)
+
+
+def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
+    """Output rows [i_lo, i_hi) x columns [j_lo, j_hi) with the vpmaddwd kernels."""
+    if i_hi <= i_lo or j_hi <= j_lo:
+        return
+    var k = g.k
+    var kp = _pairs(k)
+    var mr = AMR15 if g.int15 else AMR
+    var mc_max = avx2_mc(k, i_hi - i_lo)
+    var nc_max = avx2_nc(g, j_hi - j_lo)
+    var a_words = round_up(mc_max, AMR) * kp
+    var b_words = nc_max * kp
+    var a_p = ws
+    var b_h = ws.unsafe_offset(a_words)
+    var b_l = ws.unsafe_offset(a_words + b_words)
+    var planes = 2 if g.int15 else 1
+    var s64 = ws.unsafe_offset(a_words + planes * b_words).unsafe_bitcast[Int64]()
+    var bhp = I8Ptr(unsafe_from_address=g.b_hi)
+    var blp = I8Ptr(unsafe_from_address=g.b_lo)
+    var ea = I32Ptr(unsafe_from_address=g.ea)
+    var eb = I32Ptr(unsafe_from_address=g.eb)
+    var jc = j_lo
+    while jc < j_hi:
+        var nc = min(nc_max, j_hi - jc)
+        pack_b_avx2(bhp, k, jc, nc, b_h)
+        if g.int15:
+            pack_b_avx2(blp, k, jc, nc, b_l)
+        var ic = i_lo
+        while ic < i_hi:
+            var mc = min(mc_max, i_hi - ic)
+            pack_a_avx2(g, ic, mc, mr, a_p)
+            for jp in range(0, nc, ANR):
+                var bph = b_h.unsafe_offset(jp * kp)
+                var bpl = b_l.unsafe_offset(jp * kp)
+                for ip in range(0, mc, mr):
+                    var ap = a_p.unsafe_offset(ip * kp)
+                    var rows = min(mr, mc - ip)
+                    if not g.int15:
+                        var acc = Array[SIMD[DType.int32, AV], 2 * AMR](fill=SIMD[DType.int32, AV](0))
+                        _tile_int8(ap, bph, kp, acc)
+                        for i in range(rows):
+                            var r = ic + ip + i
+                            var s = acc[2 * i].join(acc[2 * i + 1])
+                            store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
+                    else:
+                        for q in range(4 * AMR15):  # the hi and lo sums: 4 * AMR15 vectors
+                            s64.unsafe_store(q * AV, SIMD[DType.int64, AV](0))
+                        var p0 = 0
+                        while p0 < kp:
+                            var p1 = min(kp, p0 + FLUSH_PAIRS)
+                            var h = Array[SIMD[DType.int32, AV], 2 * AMR15](fill=SIMD[DType.int32, AV](0))
+                            var l = Array[SIMD[DType.int32, AV], 2 * AMR15](fill=SIMD[DType.int32, AV](0))
+                            _tile_int15(ap, bph, bpl, p0, p1, h, l)
+                            comptime for q in range(2 * AMR15):
+                                var hq = s64.unsafe_offset(q * AV)
+                                var lq = s64.unsafe_offset((2 * AMR15 + q) * AV)
+                                hq.unsafe_store(0, hq.unsafe_load[width=AV](0) + h[q].cast[DType.int64]())
+                                lq.unsafe_store(0, lq.unsafe_load[width=AV](0) + l[q].cast[DType.int64]())
+                            p0 = p1
+                        for i in range(rows):
+                            var r = ic + ip + i
+                            var hs = s64.unsafe_load[width=2 * AV](2 * i * AV)
+                            var ls = s64.unsafe_load[width=2 * AV]((2 * AMR15 + 2 * i) * AV)
+                            var s = (hs << 7) + ls
+                            store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
+            ic += mc_max
+        jc += nc_max
