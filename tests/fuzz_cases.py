@@ -1048,6 +1048,111 @@ def gen_env(rng, tmp):
 
 # ---------------------------------------------------------------- the table
 
+_TINY = {}
+
+
+def _tiny_model(tmp):
+    """A tiny random llama checkpoint written once per process (HF layout)."""
+    if "path" not in _TINY:
+        import json
+
+        from safetensors.numpy import save_file
+        cfg = dict(model_type="llama", vocab_size=23, hidden_size=16, intermediate_size=24,
+                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                   rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=16,
+                   tie_word_embeddings=True, hidden_act="silu")
+        r = np.random.default_rng(0)
+        f = lambda *sh: (r.standard_normal(sh) * 0.3).astype(F32)  # noqa: E731
+        w = {"model.embed_tokens.weight": f(23, 16), "model.norm.weight": 1 + f(16),
+             "model.layers.0.input_layernorm.weight": 1 + f(16),
+             "model.layers.0.post_attention_layernorm.weight": 1 + f(16),
+             "model.layers.0.self_attn.q_proj.weight": f(16, 16),
+             "model.layers.0.self_attn.k_proj.weight": f(8, 16),
+             "model.layers.0.self_attn.v_proj.weight": f(8, 16),
+             "model.layers.0.self_attn.o_proj.weight": f(16, 16),
+             "model.layers.0.mlp.gate_proj.weight": f(24, 16),
+             "model.layers.0.mlp.up_proj.weight": f(24, 16),
+             "model.layers.0.mlp.down_proj.weight": f(16, 24)}
+        import atexit
+        import shutil
+        import tempfile
+
+        d = tempfile.mkdtemp(prefix="mlfuzz-model-")  # per process (a case's tmp is removed)
+        atexit.register(shutil.rmtree, d, True)
+        with open(os.path.join(d, "config.json"), "w") as fh:
+            json.dump(cfg, fh)
+        save_file(w, os.path.join(d, "model.safetensors"))
+        _TINY.update(path=d, cfg=cfg, w=w)
+    return _TINY
+
+
+def gen_models_forward(rng, tmp):
+    """CausalLM.forward / step under both profiles: valid ids give the oracle's logits,
+    hostile ids (floats, bools, out of the vocabulary, wrong ranks, empty, huge ints,
+    positions past max_positions, a foreign state) a refusal by name."""
+    from mojolearn.models import CausalLM
+
+    t = _tiny_model(tmp)
+    prof = _pick(rng, ["fp32_v1", "fixed15_v1"])
+    kind = int(rng.integers(0, 9))
+    B, L = int(rng.integers(1, 4)), int(rng.integers(1, 9))
+    ids = rng.integers(0, 23, size=(B, L))
+    bad = {1: ids.astype(F32), 2: ids.astype(bool), 3: ids + 23, 4: -ids - 1,
+           5: ids[None], 6: np.zeros((B, 0), np.int64), 7: [[2 ** 70]],
+           8: rng.integers(0, 23, size=(1, 17))}
+
+    def call():
+        lm = CausalLM.load(t["path"], numeric_profile=prof)
+        return lm.forward(bad.get(kind, ids))
+
+    if kind == 0:
+        from tests import model_oracle as MO
+
+        def check(got):
+            want = MO.forward(t["w"], t["cfg"], ids, prof)
+            assert np.array_equal(np.asarray(got).view(np.uint32), want.view(np.uint32)) or \
+                np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(
+                    np.where(np.isnan(got), 0, got), np.where(np.isnan(want), 0, want))
+        return Case(f"models.forward {prof} ids {B}x{L}", call, "ok", check)
+    return Case(f"models.forward {prof} hostile ids kind={kind}", call, "error", None,
+                ("ids", "token", "max_positions", "vocabulary", "integer"))
+
+
+def gen_models_load(rng, tmp):
+    """CausalLM.load on hostile paths, configs and files: a refusal by name or a model."""
+    import json
+
+    from mojolearn.models import CausalLM
+
+    t = _tiny_model(tmp)
+    d = os.path.join(str(tmp), f"m{int(rng.integers(0, 1 << 30))}")
+    os.makedirs(d, exist_ok=True)
+    cfg = dict(t["cfg"])
+    kind = int(rng.integers(0, 8))
+    if kind == 1:
+        cfg[_pick(rng, ["rope_scaling", "sliding_window", "hidden_act", "model_type",
+                        "num_key_value_heads", "head_dim", "rope_parameters"])] = _pick(
+            rng, [{"type": "linear"}, 3, "gelu", "gpt2", 0, -1, None, {"rope_type": "yarn"}])
+    with open(os.path.join(d, "config.json"), "w") as fh:
+        fh.write("{broken" if kind == 2 else json.dumps(cfg))
+    data = open(os.path.join(t["path"], "model.safetensors"), "rb").read()
+    if kind == 3:
+        data = data[: int(rng.integers(0, len(data)))]
+    elif kind == 4:
+        b = bytearray(data)
+        for _ in range(8):
+            b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+        data = bytes(b)
+    elif kind == 5:
+        data = (10 ** 15).to_bytes(8, "little") + data[8:]
+    with open(os.path.join(d, "model.safetensors"), "wb") as fh:
+        fh.write(data)
+    path = {6: os.path.join(d, "missing"), 7: _pick(rng, [None, 3, b"x", ""])}.get(kind, d)
+    return Case(f"models.load kind={kind}", lambda: CausalLM.load(path), "any", None,
+                ("model", "config", "path", "tensor", "file", "rope", "model_type", "head",
+                 "safetensors"))
+
+
 ENTRIES = [
     ("linalg.matmul", gen_matmul),
     ("linalg.matmul_bf16", gen_matmul_bf16),
@@ -1071,7 +1176,8 @@ ENTRIES = [
     ("profiles", gen_profiles),
     ("set_num_threads", gen_threads),
     ("env", gen_env),
-    # ("models.<entry>", gen_models_<entry>),  # when mojolearn.models exists
+    ("models.forward", gen_models_forward),
+    ("models.load", gen_models_load),
 ]
 
 
