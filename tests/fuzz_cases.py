@@ -170,8 +170,9 @@ def _gemm_fp32(rng, tmp, func):
         expect, names = "error", (which,)
     elif fault == 2:
         which = "a" if rng.random() < 0.5 else "b"
-        args[which] = np.asarray(phys[which]).reshape(-1) if rng.random() < 0.5 else \
-            np.asarray(phys[which])[None]
+        # 1-D or 0-D (a leading batch dimension is valid since rule 7.1)
+        flat = np.asarray(phys[which]).reshape(-1)
+        args[which] = flat if rng.random() < 0.5 or flat.size == 0 else flat[:1].reshape(())
         expect, names = "error", (which,)
     elif fault == 3:
         which = "a" if rng.random() < 0.5 else "b"
