@@ -5,13 +5,18 @@ import json
 import os
 import sys
 
+# bumped whenever the GGUF reader changes what it returns (2: q/k rows unpermuted right),
+# so a cached export made by an older reader is made again
+EXPORT_VERSION = "2"
+
 
 def export_hf(gguf_path, out_dir):
     from safetensors.numpy import save_file
     from mojolearn.models.loader import read_gguf
 
     done = os.path.join(out_dir, "model.safetensors")
-    if os.path.isfile(done):
+    stamp = os.path.join(out_dir, "EXPORT_VERSION")
+    if os.path.isfile(done) and os.path.isfile(stamp) and open(stamp).read().strip() == EXPORT_VERSION:
         return out_dir
     cfg, weights = read_gguf(gguf_path)
     os.makedirs(out_dir, exist_ok=True)
@@ -28,6 +33,8 @@ def export_hf(gguf_path, out_dir):
         json.dump(d, f, indent=1)
     save_file(weights, done + ".part")
     os.replace(done + ".part", done)
+    with open(stamp, "w") as f:
+        f.write(EXPORT_VERSION + "\n")
     return out_dir
 
 
