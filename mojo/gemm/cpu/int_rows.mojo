@@ -12,6 +12,7 @@ the int GEMM's epilogue.
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
+from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr
 from convert.cpu.quant import pow2f_bits
 from gemm.cpu.tree import ftz
@@ -50,48 +51,45 @@ def a_codes(g: IntArgs, dst: Pointer[Int32, MutAnyOrigin]):
         dst.unsafe_store(t, c)
 
 
-def int_rows(g: IntArgs, ac: Pointer[Int32, MutAnyOrigin], j_lo: Int, j_hi: Int):
-    """C[:, j_lo:j_hi] for all m (<= INT_ROWS_MAX) rows."""
+def _rows_m[M: Int](g: IntArgs, ac: Pointer[Int32, MutAnyOrigin], j_lo: Int, j_hi: Int):
+    """C[0:M, j_lo:j_hi]: each B row read once for the M rows of A. Per row of A one
+    int32 lane group, moved into an int64 lane group every FLUSH steps (no horizontal
+    sum until the row of B ends)."""
     var c = F32Ptr(unsafe_from_address=g.c)
     var ea = I32Ptr(unsafe_from_address=g.ea)
     var eb = I32Ptr(unsafe_from_address=g.eb)
     var kv = g.k // LW * LW
     for j in range(j_lo, j_hi):
-        var s64 = SIMD[DType.int64, INT_ROWS_MAX](0)
-        var acc0 = SIMD[DType.int32, LW](0)
-        var acc1 = SIMD[DType.int32, LW](0)
-        var acc2 = SIMD[DType.int32, LW](0)
-        var acc3 = SIMD[DType.int32, LW](0)
-        var steps = 0
+        var acc = Array[SIMD[DType.int32, LW], M](fill=SIMD[DType.int32, LW](0))
+        var wide = Array[SIMD[DType.int64, LW], M](fill=SIMD[DType.int64, LW](0))
         var kk = 0
         while kk < kv:
-            var bv = _codes_b(g, j, kk)
-            acc0 += ac.unsafe_load[width=LW](kk) * bv
-            if g.m > 1:
-                acc1 += ac.unsafe_load[width=LW](g.k + kk) * bv
-            if g.m > 2:
-                acc2 += ac.unsafe_load[width=LW](2 * g.k + kk) * bv
-            if g.m > 3:
-                acc3 += ac.unsafe_load[width=LW](3 * g.k + kk) * bv
-            steps += 1
-            kk += LW
-            if steps == FLUSH or kk >= kv:
-                s64[0] += acc0.cast[DType.int64]().reduce_add()
-                s64[1] += acc1.cast[DType.int64]().reduce_add()
-                s64[2] += acc2.cast[DType.int64]().reduce_add()
-                s64[3] += acc3.cast[DType.int64]().reduce_add()
-                acc0 = SIMD[DType.int32, LW](0)
-                acc1 = SIMD[DType.int32, LW](0)
-                acc2 = SIMD[DType.int32, LW](0)
-                acc3 = SIMD[DType.int32, LW](0)
-                steps = 0
-        while kk < g.k:
-            var bc = _code_b1(g, j, kk)
-            for i in range(g.m):
-                s64[i] += Int64(ac.unsafe_load(i * g.k + kk)) * bc
-            kk += 1
-        for i in range(g.m):
+            var stop = min(kv, kk + FLUSH * LW)
+            while kk < stop:
+                var bv = _codes_b(g, j, kk)
+                comptime for i in range(M):
+                    acc[i] += ac.unsafe_load[width=LW](i * g.k + kk) * bv
+                kk += LW
+            comptime for i in range(M):
+                wide[i] += acc[i].cast[DType.int64]()
+                acc[i] = SIMD[DType.int32, LW](0)
+        comptime for i in range(M):
+            var s = wide[i].reduce_add()
+            for t in range(kv, g.k):
+                s += Int64(ac.unsafe_load(i * g.k + t)) * _code_b1(g, j, t)
             var e = Int(ea.unsafe_load(i)) + Int(eb.unsafe_load(j))
             var p2 = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(e)))
-            var out = ftz[1](SIMD[DType.float32, 1](s64[i].cast[DType.float32]()) * p2)
+            var out = ftz[1](SIMD[DType.float32, 1](s.cast[DType.float32]()) * p2)
             c.unsafe_store(i * g.n + j, out[0])
+
+
+def int_rows(g: IntArgs, ac: Pointer[Int32, MutAnyOrigin], j_lo: Int, j_hi: Int):
+    """C[:, j_lo:j_hi] for all m (<= INT_ROWS_MAX) rows."""
+    if g.m == 1:
+        _rows_m[1](g, ac, j_lo, j_hi)
+    elif g.m == 2:
+        _rows_m[2](g, ac, j_lo, j_hi)
+    elif g.m == 3:
+        _rows_m[3](g, ac, j_lo, j_hi)
+    else:
+        _rows_m[4](g, ac, j_lo, j_hi)
