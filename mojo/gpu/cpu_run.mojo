@@ -31,7 +31,7 @@ from std.python.bindings import PythonModuleBuilder
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32
 from common.fpstate import read_mxcsr, write_mxcsr, MXCSR_DAZ, MXCSR_FTZ, MXCSR_RC_MASK
-from gemm.cpu.blocking import leaf_size
+from arith.tree import leaf_size
 from gpu.arith import a_strides, b_strides, leaves_of, INT8_SHIFT, INT15_SHIFT
 from gpu.threads import (
     BX,

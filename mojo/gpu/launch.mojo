@@ -18,7 +18,7 @@ and grid sizes only decide which thread computes which output.
 """
 from max.gpu.host import DeviceContext
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
-from gemm.cpu.blocking import leaf_size
+from arith.tree import leaf_size
 from gpu.arith import a_strides, b_strides, leaves_of, INT8_SHIFT, INT15_SHIFT
 from gpu.threads import BX, BY, TM, TN, B1, use_tiled
 from gpu.kernels import (

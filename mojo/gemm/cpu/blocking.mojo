@@ -1,7 +1,7 @@
 """Block sizes of the CPU GEMMs, in one place (BLIS names).
 
 MR x NR is the register tile, KC is the fp32.v1 leaf (the contract fixes it as
-L = max(128, ceil(k / 1024)), so the cache block over k IS the leaf), MC rows of A
+arith.tree.leaf_size, rule 6.2, so the cache block over k IS the leaf), MC rows of A
 are packed per block, and NC columns of B are packed per chunk, bounded so the
 packed B chunk stays within PACK_B_BYTES.
 """
@@ -17,31 +17,5 @@ comptime PACK_B_BYTES = 16 * 1024 * 1024
 
 
 @always_inline
-def leaf_size(k: Int) -> Int:
-    """Contract rule 6.2: L = max(128, ceil(k / 1024))."""
-    return max(128, (k + 1023) // 1024)
-
-
-@always_inline
 def round_up(x: Int, m: Int) -> Int:
     return (x + m - 1) // m * m
-
-
-@always_inline
-def bit_length(x: Int) -> Int:
-    var n = 0
-    var v = x
-    while v > 0:
-        n += 1
-        v >>= 1
-    return n
-
-
-@always_inline
-def trailing_ones(x: Int) -> Int:
-    var n = 0
-    var v = x
-    while v & 1:
-        n += 1
-        v >>= 1
-    return n
