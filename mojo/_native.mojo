@@ -22,7 +22,8 @@ from convert.cpu.quant import (
 from gemm.cpu.entry import register_gemm
 from transformer.cpu.entry import register_nn
 from transformer.gpu.cpu_run import register_nn_gpu_reference
-from gpu.cpu_run import register_gpu_reference
+from gemm.gpu.cpu_run import register_gemm_gpu_reference
+from convert.gpu.cpu_run import register_convert_gpu_reference
 from common.cpu import build_isa, request_amx_permission
 
 
@@ -289,7 +290,8 @@ def PyInit__native() abi("C") -> PythonObject:
         register_gemm(m)
         register_nn(m)
         register_nn_gpu_reference(m)
-        register_gpu_reference(m)
+        register_gemm_gpu_reference(m)
+        register_convert_gpu_reference(m)
         return m.finalize()
     except e:
         abort(String("mojolearn._native: module init failed: ", e))

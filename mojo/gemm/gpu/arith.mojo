@@ -1,5 +1,5 @@
-"""Per-element arithmetic of the v1 profiles, written once for the GPU kernels and
-for the CPU run of those kernels (cpu_run.mojo).
+"""Per-element arithmetic of the GEMM profiles for one GPU thread, shared by the GPU
+kernels and by the CPU run of those kernels (cpu_run.mojo).
 
 WHAT IT IS
     Plain scalar functions: no thread indices, no allocation, no floating-point
@@ -13,7 +13,7 @@ WHY EXPLICIT FLUSHES
     fma(1 - 2**-24, 2**-126, +0), which fp32.v1 keeps as 2**-126). So every input
     is DAZ'd explicitly and every value the contract flushes is flushed
     explicitly, on the correctly rounded IEEE result (fma.rn.f32 / add.rn.f32
-    without .ftz on NVIDIA; compile_all.mojo refuses PTX that has .ftz or
+    without .ftz on NVIDIA; compile_all_gpu.mojo refuses PTX that has .ftz or
     .approx arithmetic). On the CPU the same code gives the same bits under any
     MXCSR with FTZ off (cpu_run sets that).
 
@@ -23,20 +23,16 @@ this file only adapts it to one thread's view (pointers, indices, scalars)
     6.2         leaf size                                             arith.tree.leaf_size
     6.3         leaf_dot: the chain, kk ascending                     arith.tree.chain_step
     6.4         tree_fold: the streaming pairwise tree                arith.tree.tree_add
-    L-1 / L-2   widen / narrow bf16                                   arith.bf16
-    L-3/L-4/W-1/W-2  row exponent, codes, int15 planes                arith.quant
-    L-5/L-6/W-3 ftz(f32(S) * pow2f(e))                                arith.quant.scale_pow2
+    L-1         bf16 operands widened                                 arith.bf16.widen
+    L-5/W-3     ftz(f32(S) * pow2f(ea + eb))                          arith.quant.scale_pow2
+    (the converters' adapters are convert/gpu/arith.mojo)
 """
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
 from arith.fp import _ftz, daz_bits, f32_of_bits
 from arith.fp import pow2f as _pow2f
-from arith.bf16 import narrow_bits, widen_bits, widen
+from arith.bf16 import widen
 from arith.tree import leaf_count, chain_step, tree_add, trailing_ones
-from arith.quant import (
-    absmax_step as _absmax_step, exponent_of as _exponent_of, codes, split15 as _split15,
-    join15, scale_pow2, row_exponent_strided, INT8_SHIFT, INT15_SHIFT, INT8_CMAX, INT15_CMAX,
-)
-from arith.quant import quant_scale as _quant_scale
+from arith.quant import join15, scale_pow2
 
 # Levels of the binary-counter stack: nleaves <= 1024 by rule 6.2 needs 11; 16 is spare.
 comptime TREE_LEVELS = 16
@@ -175,55 +171,3 @@ def int_epilogue[dt: DType](s: Scalar[dt], ea: Int32, eb: Int32) -> Float32:
     """ftz(f32(S) * pow2f(ea + eb)) (L-5, W-3): f32(S) one round to nearest even."""
     comptime assert dt == DType.int32 or dt == DType.int64, "S is int32 or int64"
     return scale_pow2[1](s.cast[DType.float32](), pow2f(Int(ea) + Int(eb)))[0]
-
-
-# ------------------------------------------------------------------ bf16
-@always_inline
-def narrow_bf16(bits: UInt32) -> UInt16:
-    """L-2: float32 bits -> bf16 bits."""
-    return narrow_bits[1](bits)[0]
-
-
-@always_inline
-def widen_bf16(bits: UInt16) -> UInt32:
-    """L-1: bf16 bits -> float32 bits."""
-    return widen_bits[1](bits)[0]
-
-
-# ------------------------------------------------------------------ quantization
-@always_inline
-def absmax_step(best: UInt32, bits: UInt32) -> UInt32:
-    return _absmax_step[1](best, bits)[0]
-
-
-@always_inline
-def exponent_of(absmax_bits: UInt32, shift: Int) -> Int32:
-    return Int32(_exponent_of(absmax_bits, shift))
-
-
-@always_inline
-def row_exponent(src: U32Ptr, k: Int, shift: Int) -> Int32:
-    """The exponent of one row of k float32 values (as bits), one value at a time."""
-    return Int32(row_exponent_strided(src, k, 1, shift))
-
-
-@always_inline
-def quant_scale(e: Int32) -> Float32:
-    return _quant_scale(Int(e))
-
-
-@always_inline
-def quant_code[cmax: Int](bits: UInt32, scale: Float32) -> Int32:
-    return codes[1, cmax](SIMD[DType.uint32, 1](bits), scale)[0]
-
-
-@always_inline
-def split15(code: Int32) -> Tuple[Int8, Int8]:
-    var p = _split15[1](code)
-    return (p[0][0], p[1][0])
-
-
-@always_inline
-def dequant(code: Int32, e: Int32) -> Float32:
-    """L-6 / W-3: ftz(f32(code) * pow2f(e))."""
-    return scale_pow2[1](code.cast[DType.float32](), pow2f(Int(e)))[0]
