@@ -20,6 +20,7 @@ from convert.cpu.quant import (
     dequantize_int15_rows,
 )
 from gemm.cpu.entry import register_gemm
+from gemm.cpu.blocking import block_table
 from transformer.cpu.entry import register_nn
 from transformer.gpu.cpu_run import register_nn_gpu_reference
 from gemm.gpu.cpu_run import register_gemm_gpu_reference
@@ -265,6 +266,17 @@ def mxcsr_set(args: PythonObject) raises -> PythonObject:
     return PythonObject(Int(old))
 
 
+def blocking(args: PythonObject) raises -> PythonObject:
+    """This build's block-size table (gemm/cpu/blocking.mojo) as "NAME=value;..."
+    (mojolearn._native_info.blocking() turns it into a dict)."""
+    var out = String()
+    for e in block_table():
+        if out.byte_length() > 0:
+            out += ";"
+        out += e[0] + "=" + String(e[1])
+    return PythonObject(out)
+
+
 def isa(args: PythonObject) raises -> PythonObject:
     """The instruction sets this build's kernels use (e.g. 'avx2', 'avx512vnni')."""
     return PythonObject(build_isa())
@@ -287,6 +299,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[mxcsr]("mxcsr")
         m.def_function[mxcsr_set]("mxcsr_set")
         m.def_function[isa]("isa")
+        m.def_function[blocking]("blocking")
         register_gemm(m)
         register_nn(m)
         register_nn_gpu_reference(m)

@@ -11,14 +11,12 @@ Output: ftz(f32(S) * pow2f(ea[i] + eb[j])), f32 rounding to nearest even.
 """
 from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr, U32Ptr
-from gemm.cpu.blocking import round_up
+from gemm.cpu.blocking import round_up, IMC, INT_PACK_B_BYTES
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
 from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2a, ukernel_int_2b
 from arith.fp import pow2f_w
 from arith.quant import scale_pow2
 
-comptime IMC = 8 * IMR
-comptime INT_PACK_B_BYTES = 8 * 1024 * 1024
 
 
 @fieldwise_init

@@ -15,9 +15,8 @@ from common.ptr import F32Ptr, I8Ptr, I32Ptr
 from arith.fp import pow2f
 from arith.quant import join15, scale_pow2
 from gemm.cpu.int_gemm import IntArgs
+from gemm.cpu.blocking import INT_ROWS_MAX, LW
 
-comptime INT_ROWS_MAX = 4
-comptime LW = 16  # int32 lanes per step
 comptime FLUSH = 7  # steps before an int32 lane could overflow (any int8 planes)
 
 

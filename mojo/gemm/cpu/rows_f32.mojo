@@ -9,7 +9,7 @@ per-output leaf accumulators live in a small L1 buffer instead of registers.
 """
 from std.math import fma
 from common.ptr import F32Ptr, U16Ptr
-from gemm.cpu.blocking import W, round_up
+from gemm.cpu.blocking import W, round_up, ROWS_MAX, PF_ROWS, NTG, TCHUNK
 from arith.fp import ftz
 from arith.bf16 import widen
 from arith.tree import leaf_size, bit_length, trailing_ones, tree_add
@@ -18,10 +18,6 @@ from gemm.cpu.pack_f32 import transpose16
 from std.collections import Array
 from std.sys.intrinsics import prefetch
 
-comptime ROWS_MAX = 4
-comptime PF_ROWS = 1
-comptime NTG = 2
-comptime TCHUNK = 16 * NTG
 
 
 def rows_ws(g: GemmArgs, cols: Int) -> Int:
