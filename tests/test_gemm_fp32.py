@@ -494,15 +494,11 @@ def test_sabotage_is_detected():
     a, b = normal(7, 300), normal(300, 40)
     exp = oracle(a, b)
     assert_same_bits(linalg.matmul(a, b), exp, "before sabotage")
-    old = _gemm._SABOTAGE
-    _gemm._SABOTAGE = 1
-    try:
+    with _gemm.sabotaged():
         got = linalg.matmul(a, b)
         with pytest.raises(AssertionError):
             assert_same_bits(got, exp, "sabotaged")
         assert int((u32(got) != u32(exp)).sum()) > 0
-    finally:
-        _gemm._SABOTAGE = old
     assert_same_bits(linalg.matmul(a, b), exp, "after sabotage")
 
 
