@@ -7,11 +7,10 @@ state (DAZ on, FTZ off, round to nearest) and restores the previous one.
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.os import abort
-from max.algorithm import parallelize
 
 from common.ptr import ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32, ptr_i64, ptr_u8
 from common.fpstate import enter_contract_mode, leave_contract_mode, read_mxcsr, write_mxcsr
-from common.tasks import chunk_bounds
+from common.tasks import chunk_bounds, run_tasks
 from convert.cpu.bf16 import narrow_chunk, widen_chunk
 from convert.cpu.quant import (
     quantize_int8_rows,
@@ -39,20 +38,12 @@ def to_bf16(args: PythonObject) raises -> PythonObject:
     var dst = ptr_u16(_arg(args, 1))
     var n = _arg(args, 2)
     var tasks = max(1, min(_arg(args, 3), (n + 65535) // 65536))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm dst, imm n, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(n, tasks, t, 64)
         narrow_chunk(src, dst, b[0], b[1])
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -62,20 +53,12 @@ def from_bf16(args: PythonObject) raises -> PythonObject:
     var dst = ptr_u32(_arg(args, 1))
     var n = _arg(args, 2)
     var tasks = max(1, min(_arg(args, 3), (n + 65535) // 65536))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm dst, imm n, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(n, tasks, t, 64)
         widen_chunk(src, dst, b[0], b[1])
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -91,20 +74,12 @@ def quantize_int8(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 3)
     var k = _arg(args, 4)
     var tasks = _row_tasks(m, k, _arg(args, 5))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm codes, imm exps, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         quantize_int8_rows(src, k, b[0], b[1], codes, exps)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -117,20 +92,12 @@ def quantize_int15(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 4)
     var k = _arg(args, 5)
     var tasks = _row_tasks(m, k, _arg(args, 6))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm hi, imm lo, imm exps, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         quantize_int15_rows(src, k, b[0], b[1], hi, lo, exps)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -142,20 +109,12 @@ def dequantize_int8(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 3)
     var k = _arg(args, 4)
     var tasks = _row_tasks(m, k, _arg(args, 5))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm codes, imm exps, imm dst, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         dequantize_int8_rows(codes, k, b[0], b[1], exps, dst)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -168,20 +127,12 @@ def dequantize_int15(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 4)
     var k = _arg(args, 5)
     var tasks = _row_tasks(m, k, _arg(args, 6))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm hi, imm lo, imm exps, imm dst, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         dequantize_int15_rows(hi, lo, k, b[0], b[1], exps, dst)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
