@@ -61,7 +61,7 @@ conformance: build
 
 # every GPU kernel compiled offline for sm_80, sm_90, gfx942 and apple-m3 (no GPU needed)
 gpu-compile: $(STAMP)
-	env PYTHONPATH= $(VENV)/bin/mojo run -I mojo mojo/gpu/compile_all.mojo
+	env PYTHONPATH= $(VENV)/bin/mojo run -I mojo mojo/compile_all_gpu.mojo
 
 # on a GPU box: GPU build, conformance on the GPU, GPU vs CPU bits, bench with GPU rows
 device-check gpu-check: build

@@ -7,11 +7,10 @@ state (DAZ on, FTZ off, round to nearest) and restores the previous one.
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.os import abort
-from max.algorithm import parallelize
 
 from common.ptr import ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32, ptr_i64, ptr_u8
 from common.fpstate import enter_contract_mode, leave_contract_mode, read_mxcsr, write_mxcsr
-from common.tasks import chunk_bounds
+from common.tasks import chunk_bounds, run_tasks
 from convert.cpu.bf16 import narrow_chunk, widen_chunk
 from convert.cpu.quant import (
     quantize_int8_rows,
@@ -20,9 +19,11 @@ from convert.cpu.quant import (
     dequantize_int15_rows,
 )
 from gemm.cpu.entry import register_gemm
+from gemm.cpu.blocking import block_table
 from transformer.cpu.entry import register_nn
 from transformer.gpu.cpu_run import register_nn_gpu_reference
-from gpu.cpu_run import register_gpu_reference
+from gemm.gpu.cpu_run import register_gemm_gpu_reference
+from convert.gpu.cpu_run import register_convert_gpu_reference
 from common.cpu import build_isa, request_amx_permission
 
 
@@ -37,20 +38,12 @@ def to_bf16(args: PythonObject) raises -> PythonObject:
     var dst = ptr_u16(_arg(args, 1))
     var n = _arg(args, 2)
     var tasks = max(1, min(_arg(args, 3), (n + 65535) // 65536))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm dst, imm n, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(n, tasks, t, 64)
         narrow_chunk(src, dst, b[0], b[1])
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -60,20 +53,12 @@ def from_bf16(args: PythonObject) raises -> PythonObject:
     var dst = ptr_u32(_arg(args, 1))
     var n = _arg(args, 2)
     var tasks = max(1, min(_arg(args, 3), (n + 65535) // 65536))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm dst, imm n, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(n, tasks, t, 64)
         widen_chunk(src, dst, b[0], b[1])
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -89,20 +74,12 @@ def quantize_int8(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 3)
     var k = _arg(args, 4)
     var tasks = _row_tasks(m, k, _arg(args, 5))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm codes, imm exps, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         quantize_int8_rows(src, k, b[0], b[1], codes, exps)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -115,20 +92,12 @@ def quantize_int15(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 4)
     var k = _arg(args, 5)
     var tasks = _row_tasks(m, k, _arg(args, 6))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm src, imm hi, imm lo, imm exps, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         quantize_int15_rows(src, k, b[0], b[1], hi, lo, exps)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -140,20 +109,12 @@ def dequantize_int8(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 3)
     var k = _arg(args, 4)
     var tasks = _row_tasks(m, k, _arg(args, 5))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm codes, imm exps, imm dst, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         dequantize_int8_rows(codes, k, b[0], b[1], exps, dst)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -166,20 +127,12 @@ def dequantize_int15(args: PythonObject) raises -> PythonObject:
     var m = _arg(args, 4)
     var k = _arg(args, 5)
     var tasks = _row_tasks(m, k, _arg(args, 6))
-    ref c = Python().cpython()
-    var st = c.PyEval_SaveThread()
 
     def work(t: Int) {imm hi, imm lo, imm exps, imm dst, imm m, imm k, imm tasks}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(m, tasks, t, 1)
         dequantize_int15_rows(hi, lo, k, b[0], b[1], exps, dst)
-        leave_contract_mode(old)
 
-    if tasks == 1:
-        work(0)
-    else:
-        parallelize(work, tasks)
-    c.PyEval_RestoreThread(st)
+    run_tasks(work, tasks)
     return PythonObject(None)
 
 
@@ -264,6 +217,17 @@ def mxcsr_set(args: PythonObject) raises -> PythonObject:
     return PythonObject(Int(old))
 
 
+def blocking(args: PythonObject) raises -> PythonObject:
+    """This build's block-size table (gemm/cpu/blocking.mojo) as "NAME=value;..."
+    (mojolearn._native_info.blocking() turns it into a dict)."""
+    var out = String()
+    for e in block_table():
+        if out.byte_length() > 0:
+            out += ";"
+        out += e[0] + "=" + String(e[1])
+    return PythonObject(out)
+
+
 def isa(args: PythonObject) raises -> PythonObject:
     """The instruction sets this build's kernels use (e.g. 'avx2', 'avx512vnni')."""
     return PythonObject(build_isa())
@@ -286,10 +250,12 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[mxcsr]("mxcsr")
         m.def_function[mxcsr_set]("mxcsr_set")
         m.def_function[isa]("isa")
+        m.def_function[blocking]("blocking")
         register_gemm(m)
         register_nn(m)
         register_nn_gpu_reference(m)
-        register_gpu_reference(m)
+        register_gemm_gpu_reference(m)
+        register_convert_gpu_reference(m)
         return m.finalize()
     except e:
         abort(String("mojolearn._native: module init failed: ", e))

@@ -11,9 +11,10 @@ WHAT IT IS
     dequantize_int8, dequantize_int15, gemm_f32, gemm_int8, gemm_int15,
     strided_copy, mxcsr), so MOJOLEARN_NATIVE=_native_gpu serves mojolearn from
     the GPU; plus device_info(()) -> (api, device name), api being "cuda", "hip"
-    or "metal". The kernels are mojo/gpu/kernels.mojo, launched by
-    mojo/gpu/launch.mojo: every call copies its inputs to the device, launches,
-    and copies the result back before it returns.
+    or "metal". The kernels are mojo/gemm/gpu/kernels.mojo and
+    mojo/convert/gpu/kernels.mojo, each launched by the launch.mojo beside it:
+    every call copies its inputs to the device, launches, and copies the result
+    back before it returns.
 
 ARGUMENTS THE GPU IGNORES
     `tasks` (a CPU thread count) and the workspace address / size of the GEMMs
@@ -31,7 +32,8 @@ from std.os import abort
 from max.gpu.host import DeviceContext
 from common.ptr import ptr_u8, ptr_u32
 from common.fpstate import read_mxcsr
-import gpu.launch as L
+import gemm.gpu.launch as G
+import convert.gpu.launch as C
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -86,7 +88,7 @@ def to_bf16(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.to_bf16(_context(), src, dst, n)
+        C.to_bf16(_context(), src, dst, n)
     except e:
         err = String(_fail("to_bf16", e))
     c.PyEval_RestoreThread(st)
@@ -104,7 +106,7 @@ def from_bf16(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.from_bf16(_context(), src, dst, n)
+        C.from_bf16(_context(), src, dst, n)
     except e:
         err = String(_fail("from_bf16", e))
     c.PyEval_RestoreThread(st)
@@ -124,7 +126,7 @@ def quantize_int8(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.quantize_int8(_context(), src, codes, exps, m, k)
+        C.quantize_int8(_context(), src, codes, exps, m, k)
     except e:
         err = String(_fail("quantize_int8", e))
     c.PyEval_RestoreThread(st)
@@ -145,7 +147,7 @@ def quantize_int15(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.quantize_int15(_context(), src, hi, lo, exps, m, k)
+        C.quantize_int15(_context(), src, hi, lo, exps, m, k)
     except e:
         err = String(_fail("quantize_int15", e))
     c.PyEval_RestoreThread(st)
@@ -165,7 +167,7 @@ def dequantize_int8(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.dequantize_int8(_context(), codes, exps, dst, m, k)
+        C.dequantize_int8(_context(), codes, exps, dst, m, k)
     except e:
         err = String(_fail("dequantize_int8", e))
     c.PyEval_RestoreThread(st)
@@ -186,7 +188,7 @@ def dequantize_int15(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.dequantize_int15(_context(), hi, lo, exps, dst, m, k)
+        C.dequantize_int15(_context(), hi, lo, exps, dst, m, k)
     except e:
         err = String(_fail("dequantize_int15", e))
     c.PyEval_RestoreThread(st)
@@ -214,7 +216,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.gemm_f32(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf)
+        G.gemm_f32(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf)
     except e:
         err = String(_fail("gemm_f32", e))
     c.PyEval_RestoreThread(st)
@@ -240,7 +242,7 @@ def gemm_int8(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.gemm_int8(_context(), a, ea, b, eb, cc, m, n, k)
+        G.gemm_int8(_context(), a, ea, b, eb, cc, m, n, k)
     except e:
         err = String(_fail("gemm_int8", e))
     c.PyEval_RestoreThread(st)
@@ -268,7 +270,7 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        L.gemm_int15(_context(), ahi, alo, ea, bhi, blo, eb, cc, m, n, k)
+        G.gemm_int15(_context(), ahi, alo, ea, bhi, blo, eb, cc, m, n, k)
     except e:
         err = String(_fail("gemm_int15", e))
     c.PyEval_RestoreThread(st)

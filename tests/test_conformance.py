@@ -107,3 +107,50 @@ def test_every_isa_names_a_skipped_build():
     assert "SKIPPED isa=amx: the CPU lacks avx512f (hidden by MOJOLEARN_CPU_HIDE)" in r.stdout
     assert "SKIPPED isa=v4: the CPU lacks avx512f (hidden by MOJOLEARN_CPU_HIDE)" in r.stdout
     assert "ran v3:ok; skipped amx, v4" in r.stdout
+
+
+def test_sabotage_never_reaches_another_threads_products():
+    """Conformance (6.3, L-5): the sabotage is a per-call argument of the conformance
+    run's own calls, not a process-wide switch: while a sabotaged run is in progress
+    in one thread (and fails, as it must), another thread's fp32.v1, int8i32.v1 and
+    int15i64.v1 products keep the oracle's bits."""
+    import threading
+
+    import numpy as np
+
+    from mojolearn import conformance, linalg
+    from tests import oracle as O
+    from tests.bits import assert_same_bits
+
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((7, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 300)).astype(np.float32)
+    exp = O.gemm_fp32_v1(a, b)
+    exp8 = O.gemm_int8_f32(a, w)
+    exp15 = O.gemm_int15_f32(a, w)
+    done = threading.Event()
+    out = {}
+
+    def sabotaged_run():
+        try:
+            out["run"] = conformance.run(conformance.load_golden(None), quiet=True, sabotage=True)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=sabotaged_run)
+    t.start()
+    rounds = 0
+    try:
+        while not done.is_set() or rounds < 3:
+            assert_same_bits(linalg.matmul(a, b), exp, f"fp32 round {rounds}")
+            assert_same_bits(linalg.matmul_int8(a, w), exp8, f"int8 round {rounds}")
+            assert_same_bits(linalg.matmul_int15(a, w), exp15, f"int15 round {rounds}")
+            rounds += 1
+    finally:
+        t.join()
+    results, mismatches = out["run"]
+    assert mismatches, "the sabotaged run must fail"
+    assert rounds >= 3
+    # and the sabotage is gone for this thread's later calls too
+    assert_same_bits(linalg.matmul(a, b), exp, "after the run")

@@ -1,5 +1,6 @@
 """contracts/ is the authority: every rule id in the contracts is checked by at least
-one test that names it, and every test in the kernel test files names its rule."""
+one test that names it, every test in the kernel test files names its rule, and every
+per-element rule has exactly one defining home in the arithmetic layer (mojo/arith/)."""
 import ast
 import re
 from pathlib import Path
@@ -9,8 +10,24 @@ FP32 = ROOT / "contracts" / "gemm" / "IDENTICAL_FP32_CONTRACT.md"
 LOWBIT = ROOT / "contracts" / "gemm" / "IDENTICAL_LOWBIT_CONTRACT.md"
 OPS = ROOT / "contracts" / "ops" / "IDENTICAL_NN_CONTRACT.md"
 OPS_TESTS = ["test_models.py", "test_nn_elementary.py"]
+ARITH = ROOT / "mojo" / "arith"
 KERNEL_TESTS = ["test_convert.py", "test_gemm_fp32.py", "test_gemm_bf16.py",
                 "test_gemm_int.py", "test_identity.py", "test_errors.py"]
+
+
+# A rule id of the fp32 contract as a test names it: a dotted id (6.3, 7.1) on its own,
+# a bare section number (7, 8, 9) only after "rule(s)" / "section(s)", as one of its
+# subsections (7.1 names section 7), or heading a docstring ("7: ...", "8 (...)",
+# "9 for ..."), so that "7 leaves" or "k = 8" is never read as a rule.
+_LIST = r"(?:[\d.]+(?:,\s*|\s+and\s+|\s*/\s*|\s+or\s+))*"
+
+
+def _fp_id_pattern(r):
+    if "." in r:
+        return rf"(?<![\d.]){re.escape(r)}(?![\d])"
+    return (rf"\b(?:[Rr]ules?|[Ss]ections?)\s+{_LIST}{re.escape(r)}(?![\d.])"
+            rf"|(?<![\d.]){re.escape(r)}\.\d+(?![\d.])"
+            rf"|^{re.escape(r)}(?=:| \(| for )")
 
 
 def rule_ids():
@@ -35,14 +52,16 @@ def test_every_rule_has_a_test():
     assert {"6.1", "6.2", "6.3", "6.4", "6.5", "6.6", "7", "8", "9"} <= set(fp)
     assert {f"L-{i}" for i in range(1, 8)} | {f"W-{i}" for i in range(1, 5)} <= set(lb)
     docs = " ".join(_docstrings().values())
-    missing = [r for r in fp if not re.search(rf"(?<![\d.]){re.escape(r)}(?![\d])", docs)]
+    missing = [r for r in fp if not re.search(_fp_id_pattern(r), docs)]
     missing += [r for r in lb if r not in docs]
     assert not missing, f"rules with no test naming them: {missing}"
 
 
 def test_every_kernel_test_names_its_rule():
     """Contracts: each kernel test's docstring names the rule it checks."""
-    pat = re.compile(r"(?<![\d.])(6\.[1-6]|[789])(?![\d])|[LW]-\d")
+    pat = re.compile("|".join([_fp_id_pattern(r) for r in ("6.1", "6.2", "6.3", "6.4", "6.5",
+                                                            "6.6", "7", "8", "9")]
+                              + [r"[LW]-\d"]))
     bad = [f"{f}::{n}" for (f, n), d in _docstrings().items()
            if f in KERNEL_TESTS and not pat.search(d)]
     assert not bad, f"tests without a rule id in their docstring: {bad}"
@@ -67,3 +86,76 @@ def test_contract_test_files_exist():
     for p in (FP32, LOWBIT, OPS):
         for name in set(re.findall(r"tests/(test_\w+\.py)", p.read_text())):
             assert (ROOT / "tests" / name).exists(), name
+
+
+# ------------------------------------------------------------------ one home per rule
+# The per-element rules, each defined by one function of mojo/arith/ whose docstring
+# has a line `Rule: <id>[, <id>...]`.
+ARITH_RULES = {"6.1", "6.2", "6.3", "6.4", "L-1", "L-2", "L-3", "L-4", "L-5", "L-6",
+               "W-1", "W-2", "W-3", "M-5", "M-7", "M-8", "M-9", "M-14"}
+_ID = r"(?:[LWM]-\d+|\d+\.\d+)"
+RULE_TAG = re.compile(rf"^\s*(?:\"\"\")?Rule: ({_ID}(?:, {_ID})*)\s*$", re.M)
+# The constants of a rule, each written in exactly one file, under mojo/arith/
+# (searched in code, not in docstrings or comments).
+RULE_CONSTANTS = {
+    "bf16 rounding bias (L-2)": r"0x7FFF\b(?!F)",
+    "bf16 NaN quieting bit (L-2)": r"0x0040\b",
+    "leaf size (6.2)": r"max\(\s*128\b",
+    "int15 clamp (W-1)": r"\b16383\b",
+    "round to nearest even of the codes (L-4)": r"roundeven",
+    "smallest normal, for DAZ / ftz (6.1)": r"0x00800000",
+}
+
+
+def _code_only(text):
+    text = re.sub(r'"""(.*?)"""', "", text, flags=re.S)
+    return re.sub(r"#[^\n]*", "", text)
+
+
+def _mojo_files():
+    return sorted((ROOT / "mojo").rglob("*.mojo"))
+
+
+def test_every_arith_rule_has_one_home():
+    """Contracts 6.1-6.4, L-1..L-6, W-1..W-3, M-5, M-7, M-8, M-9, M-14: each per-element
+    rule has exactly one defining function in mojo/arith/ (a `Rule:` line in its
+    docstring), every tag names a contract rule, and no file outside mojo/arith/
+    claims to define one."""
+    fp, lb = rule_ids()
+    ops = re.findall(r"^## (M-\d+)\b", OPS.read_text(), re.M)
+    homes = {}
+    for f in _mojo_files():
+        for m in RULE_TAG.finditer(f.read_text()):
+            for rid in m.group(1).split(", "):
+                homes.setdefault(rid, []).append(str(f.relative_to(ROOT)))
+    outside = {r: fs for r, fs in homes.items() if any(not x.startswith("mojo/arith/") for x in fs)}
+    assert not outside, f"rule homes outside mojo/arith/: {outside}"
+    twice = {r: fs for r, fs in homes.items() if len(fs) != 1}
+    assert not twice, f"rules defined more than once: {twice}"
+    assert ARITH_RULES <= set(homes), f"rules without a home: {sorted(ARITH_RULES - set(homes))}"
+    unknown = set(homes) - set(fp) - set(lb) - set(ops)
+    assert not unknown, f"tags naming no contract rule: {sorted(unknown)}"
+
+
+def test_rule_constants_have_one_home():
+    """Contracts 6.1, 6.2, L-2, L-4, W-1: a search for a rule's constant (the bf16
+    rounding bias, the int15 clamp, the leaf size, ...) finds one file, in mojo/arith/."""
+    bad = {}
+    for name, pat in RULE_CONSTANTS.items():
+        files = [str(f.relative_to(ROOT)) for f in _mojo_files()
+                 if re.search(pat, _code_only(f.read_text()))]
+        if len(files) != 1 or not files[0].startswith("mojo/arith/"):
+            bad[name] = files
+    assert not bad, f"rule constants not in exactly one arith file: {bad}"
+
+
+def test_rule_id_pattern_is_strict():
+    """Contracts 7: a count such as "7 leaves" is not read as rule 7; "rule 7",
+    "rules 6.2 and 8" and "7.1" are."""
+    assert not re.search(_fp_id_pattern("7"), "7 leaves give (p01 + p23) + (p45 + p6)")
+    assert re.search(_fp_id_pattern("7"), "refused by rule 7")
+    assert re.search(_fp_id_pattern("8"), "rules 6.2 and 8")
+    assert re.search(_fp_id_pattern("7.1"), "broadcast as numpy (7.1)")
+    assert re.search(_fp_id_pattern("8"), "8: k = 0 gives +0.0")
+    assert not re.search(_fp_id_pattern("8"), "k = 8 gives one leaf")
+    assert not re.search(_fp_id_pattern("6.1"), "version 16.1")

@@ -6,10 +6,12 @@ Each test's docstring names the rule(s) of the fp32.v1 contract it checks:
 6.1 DAZ, 6.2 leaf size, 6.3 FMA chain inside a leaf, 6.4 tree over leaves,
 6.5 order depends on k only, 6.6 specials, 7 API, 8 degenerate shapes.
 
-Kernel paths covered on purpose (the CPU build has three): m <= 4 with a float32
-row-major B (the "rows" decode path; NT goes elsewhere), m up to MC (144 with
-AVX-512, 72 with AVX2) and m > MC (the blocked path); n < 32, n a multiple of 32,
-odd n, and n > 512 (the column chunking of the small-m path).
+Kernel paths covered on purpose (the CPU build has three): m <= ROWS_MAX with a
+float32 row-major B (the "rows" decode path; NT goes elsewhere), m up to MC and
+m > MC (the blocked path); n < 32, n a multiple of 32, odd n, and n > 512 (the
+column chunking of the small-m path). MR, MC and ROWS_MAX are read from the block
+table of the build this process runs (mojo/gemm/cpu/blocking.mojo: 12 / 144 with
+AVX-512, 6 / 72 with AVX2); tests/test_isa_kernels.py runs this file on every build.
 """
 from __future__ import annotations
 
@@ -19,10 +21,17 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mojolearn import linalg
+from mojolearn._native_loader import blocking
 from tests import oracle as O
 from tests.bits import assert_same_bits, u32
 
 F32 = np.float32
+BLOCKS = blocking()
+MR, MC, ROWS_MAX = BLOCKS["MR"], BLOCKS["MC"], BLOCKS["ROWS_MAX"]
+# every m to 14, then both sides of two register tiles (2 MR), half an A block (where
+# two tasks split m), the A block (MC) and two blocks
+EDGE_MS = sorted(set(range(1, 15)) | {ROWS_MAX, ROWS_MAX + 1}
+                 | {e + d for e in (2 * MR, MC // 2, MC) for d in (-1, 0, 1)} | {2 * MC + 1})
 
 
 # ---------------------------------------------------------------- helpers
@@ -113,23 +122,23 @@ def test_random_large_k(m, k, n):
 
 
 def test_blocked_path_column_chunks_large_k():
-    """6.4 6.5: m > 144 with k = 131073: the blocked path packs B in 32-column chunks
+    """6.4 6.5: m > MC with k = 131073: the blocked path packs B in 32-column chunks
     at this k, so n = 70 crosses chunk boundaries (sampled rows vs the oracle)."""
-    m, k, n = 145, 131073, 70
+    m, k, n = MC + 1, 131073, 70
     a, b = normal(m, k), normal(k, n)
     got = np.asarray(linalg.matmul(a, b))
-    rows = [0, 1, 71, 72, 143, 144]
-    assert_same_bits(got[rows], oracle(a[rows], b), "blocked 145x131073x70")
+    rows = sorted({0, 1, MR - 1, MR, MC // 2 - 1, MC // 2, MC - 1, MC})
+    assert_same_bits(got[rows], oracle(a[rows], b), f"blocked {m}x131073x70")
 
 
 TILE_NS = [1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97]
 
 
-@pytest.mark.parametrize("m", list(range(1, 15)) + [23, 24, 25, 71, 72, 73, 143, 144, 145, 289])
+@pytest.mark.parametrize("m", EDGE_MS)
 def test_tile_edges(m):
-    """6.3 6.4 6.5: every m from 1 to 14 and the register/panel/block edges (MR = 6/12,
-    MC = 72/144) against n at the 16/32-column edges, k = 257 (three leaves), all
-    layouts."""
+    """6.3 6.4 6.5: every m from 1 to 14 and the register/panel/block edges of this
+    build's table (2 MR, MC / 2, MC, 2 MC + 1) against n at the 16/32-column edges, k = 257
+    (three leaves), all layouts."""
     k = 257
     a = normal(m, k)
     b = normal(k, max(TILE_NS))
@@ -485,13 +494,20 @@ def test_sabotage_is_detected():
     a, b = normal(7, 300), normal(300, 40)
     exp = oracle(a, b)
     assert_same_bits(linalg.matmul(a, b), exp, "before sabotage")
-    old = _gemm._SABOTAGE
-    _gemm._SABOTAGE = 1
-    try:
+    with _gemm.sabotaged():
         got = linalg.matmul(a, b)
         with pytest.raises(AssertionError):
             assert_same_bits(got, exp, "sabotaged")
         assert int((u32(got) != u32(exp)).sum()) > 0
-    finally:
-        _gemm._SABOTAGE = old
     assert_same_bits(linalg.matmul(a, b), exp, "after sabotage")
+
+
+def test_block_table_is_consistent():
+    """6.5: the build's block table (mojo/gemm/cpu/blocking.mojo) is what the kernels
+    assume: NR = NV * W, MC a multiple of MR, the integer task split IMR x INR, and
+    the tests' edge cases sit on it."""
+    t = BLOCKS
+    assert t["NR"] == t["NV"] * t["W"] and t["W"] in (8, 16)
+    assert t["MC"] % t["MR"] == 0 and t["MC"] > t["MR"] >= 1
+    assert t["IMR"] >= 1 and t["INR"] % 16 == 0
+    assert {MC - 1, MC, MC + 1, 2 * MR} <= set(EDGE_MS)

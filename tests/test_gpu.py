@@ -1,12 +1,13 @@
-"""The GPU kernels (mojo/gpu/), checked on a machine without a GPU.
+"""The GEMM and converter GPU kernels (mojo/gemm/gpu/, mojo/convert/gpu/), checked on
+a machine without a GPU.
 
 Two halves:
 
-* COMPILE (slow, runs in CI): `mojo/gpu/compile_all.mojo` compiles every kernel
+* COMPILE (slow, runs in CI): `mojo/compile_all_gpu.mojo` compiles every kernel
   offline for sm_80, sm_90 (PTX), gfx942 (AMDGCN) and apple-m3 (LLVM IR) and
   checks the code for hardware flush / approximate / TF32 arithmetic.
 * ARITHMETIC: the gpu_ref_* entries of the CPU extension run the kernels' own
-  per-thread bodies (mojo/gpu/threads.mojo) in CPU loops shaped like the launches
+  per-thread bodies (mojo/{gemm,convert}/gpu/threads.mojo) in CPU loops shaped like the launches
   (leaves pass into parts[leaf][i][j], then the tree pass; the register-tiled
   leaves kernel for m >= 16 and n >= 64, as on the GPU). They are compared with
   the independent oracle (tests/oracle.py) bit for bit: fp32.v1 rules 6.1 6.2 6.3 6.4 6.5 6.6 in NN,
@@ -16,9 +17,11 @@ Two halves:
   narrowing fixes NaN bits, so those are compared exactly.
 
 These tests are SKIPPED, with the reason, while the CPU extension does not
-register the gpu_ref_* entries (mojo/_native.mojo: register_gpu_reference(m)).
+register the gpu_ref_* entries (mojo/_native.mojo: register_gemm_gpu_reference(m),
+register_convert_gpu_reference(m)).
 MOJOLEARN_GPU_REF_SO=/path/to/_name.so runs them against a separately built
-module exporting the same entries (a scratch build of mojo/gpu/cpu_run.mojo).
+module exporting the same entries (a scratch build of
+mojo/gemm/gpu/cpu_run.mojo and mojo/convert/gpu/cpu_run.mojo).
 What runs on real GPUs is checked by bench/device_check.sh on a GPU machine.
 """
 from __future__ import annotations
@@ -181,9 +184,9 @@ def _clean_env():
 def test_compile_all_targets():
     """Every kernel compiles offline for NVIDIA (sm_80, sm_90), AMD (gfx942) and
     Apple (apple-m3), without .ftz / .approx / tf32 in the PTX and with f32
-    denormals preserved in every AMD kernel (checks in compile_all.mojo)."""
+    denormals preserved in every AMD kernel (checks in compile_all_gpu.mojo)."""
     r = subprocess.run(
-        [_mojo(), "run", "-I", "mojo", "mojo/gpu/compile_all.mojo"],
+        [_mojo(), "run", "-I", "mojo", "mojo/compile_all_gpu.mojo"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=_clean_env(),
     )
     out = r.stdout + r.stderr

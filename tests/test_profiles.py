@@ -8,8 +8,10 @@ no NumPy are needed; measurements come from temporary result files only.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -785,3 +787,31 @@ def test_every_error_starts_with_mojolearn(call):
     with pytest.raises((TypeError, ValueError, NotImplementedError)) as e:
         call()
     assert str(e.value).startswith("mojolearn:")
+
+
+def test_measured_rows_are_read_on_first_use_not_at_import():
+    """profiles table (MEASURED): importing mojolearn (and mojolearn.profiles) reads no
+    result file; the first read of MEASURED loads them."""
+    import subprocess
+    import sys
+
+    code = ("import mojolearn, mojolearn.profiles as P; from mojolearn import _profile_measured as M; "
+            "a = M._loaded[0]; n = len(P.MEASURED); print(a, M._loaded[0])")
+    env = dict(os.environ, PYTHONPATH=str(Path(P.__file__).resolve().parents[1]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"]
+
+
+def test_table_is_plain_data():
+    """profiles table: the table module holds data only (no functions or classes), and
+    profiles re-exports it and the checkpoint rules."""
+    import types
+
+    from mojolearn import _checkpoint_profile, _profile_table
+
+    for name, value in vars(_profile_table).items():
+        if not name.startswith("__") and name != "annotations":
+            assert not isinstance(value, (types.FunctionType, type)), name
+    assert P.PROFILES is _profile_table.PROFILES
+    assert P.check_saved is _checkpoint_profile.check_saved

@@ -12,30 +12,8 @@ Rule ids: M-0 operations, M-5 sqrt, M-8 logf, M-9 sin/cos, M-14 expf, M-7 powf.
 from std.math import fma, floor
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
+from arith.fp import _ftz, _fmaz, _is_nan, is_nan_bits, pow2_in_range, F32MIN_BITS, INF_BITS, QNAN_BITS, MAG_BITS
 
-comptime F32MIN_BITS: UInt32 = 0x00800000
-comptime NEG_FLT_MAX_BITS: UInt32 = 0xFF7FFFFF
-comptime QNAN_BITS: UInt32 = 0x7FC00000
-
-
-@always_inline
-def _ftz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """M-0: a subnormal becomes the zero of the same sign."""
-    var b = bitcast[DType.uint32, w](x)
-    var tiny = (b & 0x7F800000).eq(0)
-    return bitcast[DType.float32, w](tiny.select(b & 0x80000000, b))
-
-
-@always_inline
-def _is_nan[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.bool, w]:
-    """NaN, decided on the bits (a float compare may be folded by the optimizer)."""
-    return (bitcast[DType.uint32, w](x) & 0x7FFFFFFF).gt(0x7F800000)
-
-
-@always_inline
-def _fmaz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """M-0: one fma, its result flushed."""
-    return _ftz[w](fma(a, b, c))
 
 
 @always_inline
@@ -45,19 +23,9 @@ def _mul[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[D
 
 
 @always_inline
-def f32_of_bits[w: Int](b: SIMD[DType.uint32, w]) -> SIMD[DType.float32, w]:
-    return bitcast[DType.float32, w](b)
-
-
-@always_inline
-def _pow2_i32[w: Int](e: SIMD[DType.int32, w]) -> SIMD[DType.float32, w]:
-    """float32 2**e for -126 <= e <= 127 (callers keep e inside)."""
-    return bitcast[DType.float32, w](((e + 127).cast[DType.uint32]()) << 23)
-
-
-@always_inline
 def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """M-5: the correctly rounded square root of a positive normal x, computed
+    """Rule: M-5
+    The correctly rounded square root of a positive normal x, computed
     portably. x = m * 4**k with m in [1, 4) (exact, on the bits); sqrt(m) by three
     Newton steps from a bit-trick seed, then of the five float32 neighbours c-2u..c+2u
     the one with the smallest |fma(-c, c, m)|; the result is that times 2**k (exact).
@@ -88,7 +56,8 @@ def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 @always_inline
 def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """M-14: Cephes expf with the ln2 split, two exact scalings, +0 below FLT_MIN."""
+    """Rule: M-14
+    Cephes expf with the ln2 split, two exact scalings, +0 below FLT_MIN."""
     comptime F = SIMD[DType.float32, w]
     var zf = floor(_fmaz[w](x, F(1.4426950408889634), F(0.5)))
     # keep zf in range for the lanes the tests below replace anyway
@@ -105,11 +74,11 @@ def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     y = _ftz[w](y + F(1))
     var k = zf.cast[DType.int32]()
     var k1 = k >> 1
-    y = _mul[w](y, _pow2_i32[w](k1))
-    y = _mul[w](y, _pow2_i32[w](k - k1))
+    y = _mul[w](y, pow2_in_range[w](k1))
+    y = _mul[w](y, pow2_in_range[w](k - k1))
     var yb = bitcast[DType.uint32, w](y)
-    y = (yb & 0x7FFFFFFF).lt(F32MIN_BITS).select(F(0), y)
-    y = x.gt(F(88.722835)).select(F(bitcast[DType.float32, 1](UInt32(0x7F800000))[0]), y)
+    y = (yb & MAG_BITS).lt(F32MIN_BITS).select(F(0), y)
+    y = x.gt(F(88.722835)).select(F(bitcast[DType.float32, 1](INF_BITS)[0]), y)
     y = x.lt(F(-87.33655)).select(F(0), y)
     var nan = _is_nan[w](x)
     return nan.select(x, y)
@@ -117,7 +86,8 @@ def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 @always_inline
 def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """M-8: Cephes logf for a positive normal x; NaN -> NaN, +inf -> +inf, 0 -> -inf,
+    """Rule: M-8
+    Cephes logf for a positive normal x; NaN -> NaN, +inf -> +inf, 0 -> -inf,
     x < 0 -> NaN (inputs are flushed first by the caller)."""
     comptime F = SIMD[DType.float32, w]
     var xb = bitcast[DType.uint32, w](x)
@@ -144,17 +114,18 @@ def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     var r = _ftz[w](t + y)
     var y2 = _fmaz[w](fe, F(0.693359375), r)
     # outside the positive normals: NaN stays, +inf -> +inf, +-0 -> -inf, x < 0 -> NaN
-    var inf = F(bitcast[DType.float32, 1](UInt32(0x7F800000))[0])
-    var qnan = F(bitcast[DType.float32, 1](UInt32(0x7FC00000))[0])
+    var inf = F(bitcast[DType.float32, 1](INF_BITS)[0])
+    var qnan = F(bitcast[DType.float32, 1](QNAN_BITS)[0])
     y2 = x.eq(inf).select(inf, y2)
     y2 = x.eq(F(0)).select(-inf, y2)
     y2 = x.lt(F(0)).select(qnan, y2)
-    return (xb & 0x7FFFFFFF).gt(0x7F800000).select(x, y2)  # NaN, tested on the bits
+    return is_nan_bits[w](xb).select(x, y2)  # NaN, tested on the bits
 
 
 @always_inline
 def _powf[w: Int](x: SIMD[DType.float32, w], y: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """M-7: _expf[w](_mul[w](y, _logf[w](x))), and 1 when y = 0."""
+    """Rule: M-7
+    _expf[w](_mul[w](y, _logf[w](x))), and 1 when y = 0."""
     comptime F = SIMD[DType.float32, w]
     var r = _expf[w](_mul[w](y, _logf[w](x)))
     return y.eq(F(0)).select(F(1), r)
@@ -162,7 +133,8 @@ def _powf[w: Int](x: SIMD[DType.float32, w], y: SIMD[DType.float32, w]) -> SIMD[
 
 @always_inline
 def _sincosf[w: Int](x: SIMD[DType.float32, w]) -> Tuple[SIMD[DType.float32, w], SIMD[DType.float32, w]]:
-    """M-9: Cephes sinf and cosf of x (returned as (sin, cos))."""
+    """Rule: M-9
+    Cephes sinf and cosf of x (returned as (sin, cos))."""
     comptime F = SIMD[DType.float32, w]
     comptime I = SIMD[DType.int32, w]
     var a = abs(x)
@@ -194,12 +166,6 @@ def _sincosf[w: Int](x: SIMD[DType.float32, w]) -> Tuple[SIMD[DType.float32, w],
 
 
 # ---------------------------------------------------------------- width-generic entry points
-@always_inline
-def ftz(x: SIMD) -> type_of(x):
-    comptime w = x.length
-    return rebind[type_of(x)](_ftz[w](rebind[SIMD[DType.float32, w]](x)))
-
-
 @always_inline
 def mul(a: SIMD, b: type_of(a)) -> type_of(a):
     comptime w = a.length
@@ -237,8 +203,3 @@ def sin_cos(x: SIMD) -> Tuple[type_of(x), type_of(x)]:
     var r = _sincosf[w](rebind[SIMD[DType.float32, w]](x))
     return (rebind[type_of(x)](r[0]), rebind[type_of(x)](r[1]))
 
-
-@always_inline
-def is_nan(x: SIMD) -> SIMD[DType.bool, x.length]:
-    comptime w = x.length
-    return rebind[SIMD[DType.bool, x.length]](_is_nan[w](rebind[SIMD[DType.float32, w]](x)))

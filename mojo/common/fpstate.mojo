@@ -46,3 +46,16 @@ def enter_contract_mode() -> Int32:
 @always_inline
 def leave_contract_mode(old: Int32):
     write_mxcsr(old)
+
+
+def enter_ieee_mode() -> Int32:
+    """DAZ off, FTZ off, round to nearest: what the GPU kernels run under (for the
+    CPU run of their bodies, the test support in */gpu/cpu_run.mojo); returns the
+    old MXCSR."""
+    var old = read_mxcsr()
+    write_mxcsr(old & ~(MXCSR_DAZ | MXCSR_FTZ | MXCSR_RC_MASK))
+    return old
+
+
+def leave_ieee_mode(old: Int32):
+    write_mxcsr(old)

@@ -7,6 +7,8 @@ the Mojo kernels; it never touches the data. Results are ``mojolearn.Array``.
 from __future__ import annotations
 
 import ctypes
+import contextlib
+import contextvars
 import threading
 
 from ._array import Array, empty
@@ -20,8 +22,26 @@ __all__ = ["matmul", "matmul_bf16", "matmul_int8", "matmul_int15"]
 INT8_MAX_K = 131072  # rule L-7
 INT15_MAX_K = 65536  # rule W-4
 
-# conformance --sabotage only: perturbs the kernels so the checks can be seen failing
-_SABOTAGE = 0
+# conformance --sabotage only: perturbs the kernels so the checks can be seen failing.
+# A per-call argument of the kernels, read from the calling context: only the calls
+# made inside `with sabotaged():` (the conformance run's own) carry it, so a sabotaged
+# run never reaches another thread's products.
+_sabotage = contextvars.ContextVar("mojolearn_sabotage", default=0)
+
+
+def sabotage_arg() -> int:
+    """The kernels' sabotage argument for a call made now, in this context: 0 or 1."""
+    return _sabotage.get()
+
+
+@contextlib.contextmanager
+def sabotaged(on: bool = True):
+    """Calls made inside (in this thread / context only) carry the sabotage argument."""
+    token = _sabotage.set(1 if on else 0)
+    try:
+        yield
+    finally:
+        _sabotage.reset(token)
 
 
 # Packing workspace, kept per Python thread and reused across calls (fresh buffers
@@ -175,7 +195,7 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extr
     need = native().gemm_f32((
         ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
         int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), get_num_threads(),
-        _SABOTAGE, wa, wn,
+        sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _ws_fit(need)
@@ -283,7 +303,7 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
         wa, wn = _ws()
         need = native().gemm_f32((
             pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b), a16, b16,
-            threads, _SABOTAGE, wa, wn,
+            threads, sabotage_arg(), wa, wn,
         ))
         if need > wn:
             _ws_fit(need)
@@ -359,10 +379,10 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule, extra):
         wa, wn = _ws()
         if nplanes == 1:
             need = native().gemm_int8((ap[0], ae, bp[0], be, caddr, m, n, k,
-                                       get_num_threads(), _SABOTAGE, wa, wn))
+                                       get_num_threads(), sabotage_arg(), wa, wn))
         else:
             need = native().gemm_int15((ap[0], ap[1], ae, bp[0], bp[1], be, caddr, m, n, k,
-                                        get_num_threads(), _SABOTAGE, wa, wn))
+                                        get_num_threads(), sabotage_arg(), wa, wn))
         if need > wn:
             _ws_fit(need)
     del akeep, bkeep  # alive until the kernel returned

@@ -26,6 +26,13 @@ def native():
     return cpu_native()
 
 
+def blocking() -> dict:
+    """The block-size table of the CPU build serving this process (its one home is
+    mojo/gemm/cpu/blocking.mojo), as {name: int}; the tests place edge cases on it."""
+    raw = str(cpu_native().blocking(()))
+    return {k: int(v) for k, v in (item.split("=") for item in raw.split(";"))}
+
+
 def cpu_native():
     global _mod
     if _mod is None:

@@ -34,7 +34,9 @@ and 7 threads, and a row computed alone against the same row of the batch.
 
 --sabotage perturbs the kernels (one leaf summed in reverse order for the float
 profiles, one low bit for the integer ones): the run MUST then fail; a test
-checks that it does.
+checks that it does. It is a per-call argument of the kernels that only this run's
+own calls carry (taken from the calling thread's context, `_gemm.sabotaged()`), so
+other threads' products are never perturbed while a sabotaged run is in progress.
 """
 from __future__ import annotations
 
@@ -332,9 +334,9 @@ def run(golden: dict | None, quiet=False, sabotage=False, stream=sys.stdout):
     from . import _gemm
 
     results, mismatches = {}, []
-    prev = _gemm._SABOTAGE
-    _gemm._SABOTAGE = 1 if sabotage else 0
-    try:
+    # the sabotage reaches this run's own calls only (a per-call argument taken from
+    # this thread's context), never another thread's products
+    with _gemm.sabotaged(sabotage):
         todo = lanes()
         t0 = time.time()
         for i, (lane, fx, thunk) in enumerate(todo, 1):
@@ -349,8 +351,6 @@ def run(golden: dict | None, quiet=False, sabotage=False, stream=sys.stdout):
                 print(f"[{i:3d}/{len(todo)}] {key:45s} {h} {status} ({time.time() - t0:.1f}s)",
                       file=stream, flush=True)
         mismatches += identity_checks(results, quiet, stream)
-    finally:
-        _gemm._SABOTAGE = prev
     return results, mismatches
 
 

@@ -28,9 +28,17 @@ THE PROCESS DEFAULT
     (an unset or empty variable means "not set"). ``set_numeric_profile``
     changes the default later and returns the previous one.
 
+WHERE THINGS ARE
+    The table is plain data in _profile_table.py; this module resolves a profile
+    (the environment, the defaults, the refusals); the measured rows are read by
+    _profile_measured.py on first use; the checkpoint rules sit beside checkpoint.py
+    in _checkpoint_profile.py. All are re-exported here. ``mojolearn.linalg`` never
+    reads the numeric profile: the model classes choose it and call its GEMMs.
+
 SPEED IS MEASURED HERE, NOT ASSUMED
     MEASURED holds only this project's own benchmark results (the JSON files
-    written by ``make bench``), profile -> vendor -> row. A vendor without a row
+    written by ``make bench``, read on first use, not at import), profile ->
+    vendor -> row. A vendor without a row
     reads None: no figure is borrowed from another box, implementation or
     profile. When a profile resolves on a vendor where it was measured slower
     than fp32_v1 (the whole measured range above 1), a NumericProfileSpeedWarning is issued once per (profile,
@@ -49,15 +57,17 @@ ERRORS
 from __future__ import annotations
 
 import copy
-import json
-import math
 import os
 import threading
 import warnings
-from collections.abc import Mapping
-from pathlib import Path
 
 from . import _device
+from ._profile_table import (
+    BASELINE, DEFAULT, TRAINING_DEFAULT, FAMILIES, ENV, STATE_KEY, USES, PROFILES, REJECTED,
+)
+from ._profile_measured import (  # noqa: F401  (re-exported; tests reload through these)
+    MEASURED, _load_measured, _results_dirs, _quality_rows, _parse_file, _Malformed,
+)
 
 __all__ = [
     "canonical",
@@ -86,101 +96,6 @@ __all__ = [
     "adopt_saved",
     "check_saved",
 ]
-
-# ---------------------------------------------------------------------------
-# The table (plain data)
-# ---------------------------------------------------------------------------
-
-BASELINE = "fp32_v1"
-DEFAULT = "fp32_v1"
-TRAINING_DEFAULT = "fp32_v1"
-
-# transformer: the CausalLM-style models; transformer_block: a bare block, also
-# the building block of the trainers.
-FAMILIES = ("transformer", "mamba1", "mamba2", "transformer_block")
-
-ENV = "MOJOLEARN_NUMERIC_PROFILE"
-STATE_KEY = "numeric_profile"
-USES = ("inference", "training")
-
-_GEMM_FP32 = "mojolearn.identical.gemm.fp32.v1"
-_GEMM_INT15 = "mojolearn.identical.gemm.int15i64.v1"
-
-PROFILES = {
-    "fp32_v1": {
-        "status": "baseline",
-        "products": {"projections": _GEMM_FP32, "attention": _GEMM_FP32},
-        "inference": True,
-        "training": True,
-        "computes": None,  # every family
-        "default_for": None,  # every family
-        "quality": {},  # it is the baseline the others are measured against
-        "note": (
-            "The baseline: every matrix product (projections, the head and both "
-            "attention products) on mojolearn.identical.gemm.fp32.v1."
-        ),
-    },
-    "fixed15_v1": {
-        "status": "experimental",
-        "products": {
-            "projections": _GEMM_INT15,
-            "attention": (
-                f"{_GEMM_INT15} for Q.K^T; P.V stays on {_GEMM_FP32}"
-            ),
-        },
-        "inference": True,
-        "training": False,
-        "computes": ("transformer", "transformer_block"),
-        "default_for": ("transformer",),
-        "quality": {
-            "metric": (
-                "relative change in held-out perplexity against fp32_v1, "
-                "whole model at once"
-            ),
-            "unit": "fraction (0.01 = 1%)",
-            "model": "SmolLM2-360M",
-            "source": (
-                "published measurement on SmolLM2-360M from the published "
-                "numeric-profile table; kept because fixed15_v1 here is the same "
-                "arithmetic bit for bit (not re-measured by this project)"
-            ),
-            "results": {
-                "enwik8 last 1 MB": {
-                    "change": 0.000006,
-                    "interval": (-0.000044, 0.000055),
-                },
-                "pile_github": {
-                    "change": 0.000033,
-                    "interval": (-0.000010, 0.000076),
-                },
-            },
-        },
-        "note": (
-            "Projections and the head, and the Q.K^T attention product, run as "
-            "15-bit codes with an exact integer sum "
-            "(mojolearn.identical.gemm.int15i64.v1); the P.V attention product "
-            "stays on mojolearn.identical.gemm.fp32.v1. Inference only."
-        ),
-    },
-}
-
-REJECTED = {
-    "int8_v1": (
-        "measured and rejected: int8 codes on both operands of every product "
-        "raised held-out perplexity by 32.2% on enwik8 and by 28.9% on "
-        "pile_github, against a bar of 1%; nearly all of that comes from the int8 "
-        "codes of the activations"
-    ),
-    "fixed15_int8_attention_v1": (
-        "dropped before its whole configuration was measured: int8 on the "
-        "attention products alone already read +0.6% held-out perplexity on "
-        "enwik8"
-    ),
-}
-
-# Filled from this project's own benchmark result files (see _load_measured).
-MEASURED: dict = {}
-
 
 class NumericProfileSpeedWarning(UserWarning):
     """A profile was chosen that this project measured slower than fp32_v1 here."""
@@ -452,154 +367,6 @@ def _maybe_warn_speed(name: str, what: str) -> None:
     )
 
 
-def _results_dirs() -> list:
-    here = Path(__file__).parent
-    packaged = here / "_results"
-    if packaged.is_dir():
-        return [packaged]
-    return [Path(__file__).resolve().parents[2] / "bench" / "results"]
-
-
-_QUALITY = None
-
-
-def _quality_rows() -> list:
-    """This project's own quality measurements (bench/results/quality-*.json, written by
-    ``python -m mojolearn quality``), read on first use: model, text, date, change and
-    its interval, beside the table's seed numbers."""
-    global _QUALITY
-    if _QUALITY is None:
-        rows = []
-        for d in _results_dirs():
-            for p in sorted(Path(d).glob("quality-*.json")):
-                try:
-                    r = json.loads(p.read_text())
-                    rows.append({k: r[k] for k in ("profile", "model", "text", "date", "change",
-                                                   "interval", "windows", "tokens_scored")}
-                                | {"source": f"bench/results/{p.name}"})
-                except (OSError, ValueError, KeyError, TypeError):
-                    continue
-        _QUALITY = rows
-    return _QUALITY
-
-
-class _Malformed(Exception):
-    pass
-
-
-def _text(obj, key: str, where: str) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise _Malformed(f"{where}{key!r} must be a non-empty str, got {value!r}")
-    return value.strip()
-
-
-def _parse_row(entry, where: str) -> dict:
-    if not isinstance(entry, Mapping):
-        raise _Malformed(f"{where} must be an object, got {type(entry).__name__}")
-    over = entry.get("over")
-    ok = (
-        isinstance(over, (list, tuple))
-        and len(over) == 2
-        and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool)
-            and math.isfinite(v) and v > 0
-            for v in over
-        )
-        and over[0] <= over[1]
-    )
-    if not ok:
-        raise _Malformed(
-            f"{where}'over' must be [lo, hi], positive finite numbers with "
-            f"lo <= hi, got {over!r}"
-        )
-    return {
-        "over": (float(over[0]), float(over[1])),
-        "what": _text(entry, "what", where),
-        "source": _text(entry, "source", where),
-    }
-
-
-def _parse_file(path: Path):
-    """Return [(profile, vendor, row), ...] for one results file, or None when
-    the file has no 'profiles' key. Raises _Malformed."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _Malformed(f"cannot read JSON ({exc})") from None
-    if not isinstance(data, Mapping):
-        raise _Malformed(f"top level must be an object, got {type(data).__name__}")
-    if "profiles" not in data:
-        return None
-    vendor = _text(data, "vendor", "")
-    box = _text(data, "box", "")
-    table = data["profiles"]
-    if not isinstance(table, Mapping):
-        raise _Malformed(f"'profiles' must be an object, got {type(table).__name__}")
-    rows = []
-    for name, entry in table.items():
-        if name not in PROFILES:
-            raise _Malformed(
-                f"profile {name!r} is not registered (registered names: "
-                f"{_registered()})"
-            )
-        row = _parse_row(entry, f"profiles[{name!r}]: ")
-        row["box"] = box
-        isa = data.get("isa")
-        if isinstance(isa, str) and isa:
-            row["isa"] = isa  # the CPU build it was measured with (mojolearn.cpu_isa())
-        rows.append((name, vendor, row))
-    return rows
-
-
-def _this_isa():
-    """The CPU build this process runs, or None when that cannot be decided (the
-    error then surfaces at the first kernel call, not here)."""
-    try:
-        from ._cpu import cpu_isa
-
-        return cpu_isa()
-    except ImportError:
-        return None
-
-
-def _load_measured(paths) -> dict:
-    """Rebuild MEASURED (in place) from ``paths``: result files or folders of
-    ``*.json``. Files without 'profiles' are ignored; a malformed file is
-    skipped with a warning. Files are read in sorted order within a folder;
-    a later file's row replaces an earlier one for the same (profile, vendor),
-    except that a row measured with the CPU build this process runs (its 'isa',
-    mojolearn.cpu_isa()) is never replaced by one measured with another build."""
-    files = []
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            files.extend(sorted(p.glob("*.json")))
-        elif p.exists():
-            files.append(p)
-    table: dict = {}
-    for f in files:
-        try:
-            rows = _parse_file(f)
-        except _Malformed as exc:
-            warnings.warn(
-                f"mojolearn: benchmark results file {str(f)!r} skipped: {exc}. "
-                f"Fix or regenerate it with 'make bench'.",
-                UserWarning,
-                stacklevel=2,
-            )
-            continue
-        for name, vendor, row in rows or ():
-            old = table.setdefault(name, {}).get(vendor)
-            if old is not None and old.get("isa") == _this_isa() and row.get("isa") != old.get("isa"):
-                continue
-            table[name][vendor] = row
-    with _lock:
-        MEASURED.clear()
-        MEASURED.update(table)
-    return MEASURED
-
-
 def _reset_for_tests(paths=None) -> None:
     """Forget the process defaults (ENV is read again), the warned set, and
     reload MEASURED from ``paths`` (default: the installed or checkout results)."""
@@ -611,68 +378,8 @@ def _reset_for_tests(paths=None) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Checkpoints
+# Checkpoints: the rules live beside checkpoint.py (_checkpoint_profile.py)
 # ---------------------------------------------------------------------------
-
-
-def state_field(profile) -> dict:
-    """The field a state written under ``profile`` carries (rule 8)."""
-    name = _check_name(profile, "profile")
-    return {} if name == BASELINE else {STATE_KEY: name}
-
-
-def _saved_profile(state, what: str) -> str:
-    if not isinstance(state, Mapping):
-        raise TypeError(
-            f"mojolearn: {what} must be a mapping (a saved state), got "
-            f"{type(state).__name__}"
-        )
-    if STATE_KEY not in state:
-        return BASELINE  # a state with no field was written under fp32_v1
-    return _check_name(state[STATE_KEY], f"{what}[{STATE_KEY!r}]")
-
-
-def adopt_saved(state, name=None, what="state", use="inference") -> str:
-    """The profile to rebuild a saved state in (rule 8).
-
-    Named nothing: the state's own profile, whatever the process default is.
-    Named a different profile: ValueError saying which profile wrote the state.
-    The adopted profile must still be available for ``use``.
-    """
-    use = _check_use(use)
-    saved = _saved_profile(state, what)
-    if name is not None:
-        asked = _check_name(name, "numeric_profile")
-        if asked != saved:
-            raise ValueError(
-                f"mojolearn: numeric_profile={asked!r} does not match {what}: it "
-                f"was written under numeric profile {saved!r}. Build the object "
-                f"with numeric_profile={saved!r} (or name no profile to adopt it)."
-            )
-    if not PROFILES[saved][use]:
-        raise NotImplementedError(
-            f"mojolearn: {what} was written under numeric profile {saved!r}, "
-            f"which is not available for {use} ({saved} has passed "
-            f"{_passed(saved)} only); it is never replaced by fp32_v1 silently. "
-            f"To {_verb(use)} in fp32_v1, start from a state written under "
-            f"fp32_v1."
-        )
-    return resolve(saved, what="numeric_profile", use=use)
-
-
-def check_saved(state, profile, what="state") -> str:
-    """Refuse to load ``state`` into an object computing in ``profile`` unless
-    the state was written under that same profile (rule 8)."""
-    have = _check_name(profile, "profile")
-    saved = _saved_profile(state, what)
-    if saved != have:
-        raise ValueError(
-            f"mojolearn: {what} was written under numeric profile {saved!r} but "
-            f"this object computes in {have!r}; the results of one arithmetic "
-            f"are not loaded into another. Load it into an object built with "
-            f"numeric_profile={saved!r}."
-        )
-    return saved
 
 
 def canonical(name, what="numeric_profile") -> str:
@@ -692,9 +399,10 @@ def set_default_profile(name, use="inference") -> str:
     return set_numeric_profile(name, use)
 
 
-_load_measured(_results_dirs())
-
 
 def __dir__():
     """dir() shows the public API (__all__), not the module's imports."""
     return sorted(__all__)
+
+
+from ._checkpoint_profile import state_field, adopt_saved, check_saved, _saved_profile  # noqa: E402,F401

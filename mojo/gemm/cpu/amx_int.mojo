@@ -28,16 +28,16 @@ from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
 from common.ptr import I8Ptr, I32Ptr, U32Ptr, U8Ptr
 from gemm.cpu.blocking import round_up
+from gemm.cpu.blocking import AMX_KB as KB  # k-bytes per tile row
+from gemm.cpu.blocking import AMX_TILE_BYTES as TILE_BYTES
+from gemm.cpu.blocking import AMX_A_BLOCK_BYTES as A_BLOCK_BYTES  # packed A block kept in L2
+from gemm.cpu.blocking import AMX_B_CHUNK_BYTES as B_CHUNK_BYTES
+from gemm.cpu.blocking import AMX_KC_BLOCKS as KC_BLOCKS  # k-blocks (of 64 bytes) per k-chunk: a 16 KiB B pair in L1
 from gemm.cpu.int_gemm import IntArgs, store_scaled
 from gemm.cpu.ukernel_int import IW
 
-comptime KB = 64  # k-bytes per tile row
-comptime TILE_BYTES = 1024
-comptime A_BLOCK_BYTES = 1024 * 1024  # packed A block kept in L2
-comptime B_CHUNK_BYTES = 4 * 1024 * 1024
 comptime CFG_WORDS = 16  # 64-byte tile configuration
 comptime CBUF_WORDS = 32 * 32  # the 32 x 32 int32 output block
-comptime KC_BLOCKS = 8  # k-blocks (of 64 bytes) per k-chunk: a 16 KiB B pair in L1
 
 
 @always_inline

@@ -25,15 +25,15 @@ from std.sys.info import CompilationTarget
 from std.collections import Array
 from common.ptr import I8Ptr, I32Ptr, U32Ptr
 from gemm.cpu.blocking import round_up
+from gemm.cpu.blocking import AVX2_MR as AMR  # rows per register tile
+from gemm.cpu.blocking import AVX2_MR15 as AMR15  # int15 keeps two sums per output
+from gemm.cpu.blocking import AVX2_NR as ANR  # columns per register tile (two 8-lane vectors)
+from gemm.cpu.blocking import AVX2_V as AV  # int32 lanes per vector
+from gemm.cpu.blocking import AVX2_A_BLOCK_BYTES as A_BLOCK_BYTES
+from gemm.cpu.blocking import AVX2_B_CHUNK_BYTES as B_CHUNK_BYTES
 from gemm.cpu.int_gemm import IntArgs, store_scaled
 
-comptime AMR = 6  # rows per register tile
-comptime AMR15 = 3  # int15 keeps two sums per output
-comptime ANR = 16  # columns per register tile (two 8-lane vectors)
-comptime AV = 8  # int32 lanes per vector
 comptime FLUSH_PAIRS = 256  # int15: k-pairs summed in int32 before moving to int64
-comptime A_BLOCK_BYTES = 256 * 1024
-comptime B_CHUNK_BYTES = 2 * 1024 * 1024
 comptime ACC15_WORDS = 2 * AMR15 * ANR * 2  # int64 sums of one int15 tile, as words
 
 

@@ -1,12 +1,31 @@
-"""Block sizes of the CPU GEMMs, in one place (BLIS names).
+"""Block sizes of the CPU GEMMs: the one table (BLIS's cntx_init idea), per ISA build.
 
-MR x NR is the register tile, KC is the fp32.v1 leaf (the contract fixes it as
-L = max(128, ceil(k / 1024)), so the cache block over k IS the leaf), MC rows of A
-are packed per block, and NC columns of B are packed per chunk, bounded so the
-packed B chunk stays within PACK_B_BYTES.
+Every register tile, cache block and chunk size of gemm/cpu/ is defined here and
+nowhere else; the kernels import them, and `block_table()` hands the table of the
+build that is loaded to Python (`_native_<isa>.blocking(())`), so the tests place
+their edge cases on this build's boundaries instead of hard-coding them. None of
+these numbers can change a bit: fp32.v1's order depends on k only (6.5), and the
+integer sums are exact.
+
+fp32.v1 / bf16f32.v1 (fp32_v1.mojo, ukernel_f32.mojo, pack_f32.mojo)
+    W       float32 lanes of a vector (16 with AVX-512: builds v4, amx; 8 with AVX2: v3)
+    MR x NR the register tile (NR = NV vectors); KC is the leaf itself
+            (arith.tree.leaf_size, rule 6.2), so the cache block over k IS the leaf
+    MC      rows of A packed per block; NCS columns of B per chunk of the small-m
+            path; the packed B chunk stays within PACK_B_BYTES
+rows_f32.mojo (m <= ROWS_MAX, decode shapes)
+    TCHUNK  NT columns transposed per chunk (NTG groups of 16); PF_ROWS rows prefetched
+integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
+    IMR x INR the register tile (INV vectors of IW int32 lanes), IMC rows per A block,
+    INT_PACK_B_BYTES for the packed B chunk
+int_rows.mojo: INT_ROWS_MAX rows, LW int32 lanes a step
+avx2_int.mojo (v3): AVX2_MR (AVX2_MR15 for int15) x AVX2_NR tile of AVX2_V lanes, blocks
+amx_int.mojo (amx): AMX_KB k-bytes a tile row, AMX_KC_BLOCKS k-blocks a k-chunk, blocks
 """
 from std.sys import simd_width_of
+from std.sys.info import CompilationTarget
 
+# ---------------------------------------------------------------- fp32.v1 / bf16f32.v1
 comptime W = simd_width_of[DType.float32]()
 comptime NV = 2
 comptime NR = NV * W
@@ -14,12 +33,34 @@ comptime MR = 12 if W >= 16 else 6
 comptime MC = 12 * MR
 comptime NCS = 512
 comptime PACK_B_BYTES = 16 * 1024 * 1024
+# rows_f32 (decode shapes)
+comptime ROWS_MAX = 4
+comptime PF_ROWS = 1
+comptime NTG = 2
+comptime TCHUNK = 16 * NTG
 
-
-@always_inline
-def leaf_size(k: Int) -> Int:
-    """Contract rule 6.2: L = max(128, ceil(k / 1024))."""
-    return max(128, (k + 1023) // 1024)
+# ---------------------------------------------------------------- integer GEMMs
+comptime IMR = 6
+comptime INR = 32
+comptime IW = 16
+comptime INV = INR // IW
+comptime IMC = 8 * IMR
+comptime INT_PACK_B_BYTES = 8 * 1024 * 1024
+comptime INT_ROWS_MAX = 4
+comptime LW = 16
+# AVX2 (v3)
+comptime AVX2_MR = 6
+comptime AVX2_MR15 = 3
+comptime AVX2_NR = 16
+comptime AVX2_V = 8
+comptime AVX2_A_BLOCK_BYTES = 256 * 1024
+comptime AVX2_B_CHUNK_BYTES = 2 * 1024 * 1024
+# AMX (amx)
+comptime AMX_KB = 64
+comptime AMX_TILE_BYTES = 1024
+comptime AMX_A_BLOCK_BYTES = 1024 * 1024
+comptime AMX_B_CHUNK_BYTES = 4 * 1024 * 1024
+comptime AMX_KC_BLOCKS = 8
 
 
 @always_inline
@@ -27,21 +68,34 @@ def round_up(x: Int, m: Int) -> Int:
     return (x + m - 1) // m * m
 
 
-@always_inline
-def bit_length(x: Int) -> Int:
-    var n = 0
-    var v = x
-    while v > 0:
-        n += 1
-        v >>= 1
-    return n
-
-
-@always_inline
-def trailing_ones(x: Int) -> Int:
-    var n = 0
-    var v = x
-    while v & 1:
-        n += 1
-        v >>= 1
-    return n
+def block_table() -> List[Tuple[String, Int]]:
+    """This build's table as (name, value) pairs, for the tests and the docs. The
+    integer kernel that serves a build: AMX (amx), AVX2 (v3) or AVX-512 (v4)."""
+    var t = List[Tuple[String, Int]]()
+    t.append(("W", W))
+    t.append(("NV", NV))
+    t.append(("NR", NR))
+    t.append(("MR", MR))
+    t.append(("MC", MC))
+    t.append(("NCS", NCS))
+    t.append(("PACK_B_BYTES", PACK_B_BYTES))
+    t.append(("ROWS_MAX", ROWS_MAX))
+    t.append(("TCHUNK", TCHUNK))
+    t.append(("INT_ROWS_MAX", INT_ROWS_MAX))
+    t.append(("IMR", IMR))  # the integer GEMMs' task split, every build
+    t.append(("INR", INR))
+    comptime if CompilationTarget.has_intel_amx():
+        t.append(("AMX_KB", AMX_KB))
+        t.append(("AMX_KC_BLOCKS", AMX_KC_BLOCKS))
+        t.append(("AMX_A_BLOCK_BYTES", AMX_A_BLOCK_BYTES))
+        t.append(("AMX_B_CHUNK_BYTES", AMX_B_CHUNK_BYTES))
+    elif not CompilationTarget.has_avx512f():
+        t.append(("AVX2_MR", AVX2_MR))
+        t.append(("AVX2_MR15", AVX2_MR15))
+        t.append(("AVX2_NR", AVX2_NR))
+        t.append(("AVX2_A_BLOCK_BYTES", AVX2_A_BLOCK_BYTES))
+        t.append(("AVX2_B_CHUNK_BYTES", AVX2_B_CHUNK_BYTES))
+    else:
+        t.append(("IMC", IMC))
+        t.append(("INT_PACK_B_BYTES", INT_PACK_B_BYTES))
+    return t^

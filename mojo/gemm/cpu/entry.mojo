@@ -6,9 +6,9 @@ from max.algorithm import parallelize
 from common.ptr import F32Ptr
 from common.fpstate import enter_contract_mode, leave_contract_mode
 from common.tasks import chunk_bounds
-from gemm.cpu.blocking import MR, NR, MC, leaf_size, round_up
+from gemm.cpu.blocking import MR, NR, MC, round_up
+from arith.tree import leaf_size, tree_add
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
-from gemm.cpu.tree import ftz
 from gemm.cpu.int_gemm import IntArgs, int_block, int_ws
 from gemm.cpu.int_rows import INT_ROWS_MAX, a_codes, int_rows
 from gemm.cpu.amx_int import amx_block, amx_ws
@@ -121,8 +121,8 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
                 var tmp = w1.unsafe_offset(per_task - round_up(m * nc, 16))
                 for i in range(m):
                     for j in range(nc):
-                        var x = cptr.unsafe_load(i * n + b[0] + j) + tmp.unsafe_load(i * nc + j)
-                        cptr.unsafe_store(i * n + b[0] + j, ftz[1](x))
+                        var x = tree_add[1](cptr.unsafe_load(i * n + b[0] + j), tmp.unsafe_load(i * nc + j))
+                        cptr.unsafe_store(i * n + b[0] + j, x[0])
             leave_contract_mode(old)
         if own:
             ws.unsafe_free()

@@ -11,7 +11,8 @@ MC x NC block - packing panels only, bounded by PACK_B_BYTES.
 """
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, leaf_size, round_up, bit_length
+from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, round_up
+from arith.tree import leaf_size, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile

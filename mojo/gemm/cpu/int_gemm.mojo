@@ -9,16 +9,14 @@ int15 runs its 15-bit codes as four int8-piece products
 each an int32 sum (exact for k <= 65536), combined in int64.
 Output: ftz(f32(S) * pow2f(ea[i] + eb[j])), f32 rounding to nearest even.
 """
-from std.memory import bitcast
 from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr, U32Ptr
-from gemm.cpu.blocking import round_up
+from gemm.cpu.blocking import round_up, IMC, INT_PACK_B_BYTES
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
 from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2a, ukernel_int_2b
-from gemm.cpu.tree import ftz
+from arith.fp import pow2f_w
+from arith.quant import scale_pow2
 
-comptime IMC = 8 * IMR
-comptime INT_PACK_B_BYTES = 8 * 1024 * 1024
 
 
 @fieldwise_init
@@ -35,15 +33,6 @@ struct IntArgs(ImplicitlyCopyable, Movable):
     var k: Int
     var int15: Bool
     var sabotage: Bool
-
-
-@always_inline
-def _scale(e: SIMD[DType.int32, IW]) -> SIMD[DType.float32, IW]:
-    """pow2f(e): +inf above 127, +0 below -126."""
-    var bits = ((e + 127) << 23).cast[DType.uint32]()
-    bits = e.gt(127).select(SIMD[DType.uint32, IW](0x7F800000), bits)
-    bits = e.lt(-126).select(SIMD[DType.uint32, IW](0), bits)
-    return bitcast[DType.float32, IW](bits)
 
 
 def nc_int(k: Int, ncols: Int) -> Int:
@@ -70,7 +59,7 @@ def store_scaled(
     # is already saturated (inf above 127, 0 below -126)
     var e64 = SIMD[DType.int64, IW](Int64(ea_i)) + _load_eb(eb, j, nr).cast[DType.int64]()
     var e = max(min(e64, SIMD[DType.int64, IW](1000)), SIMD[DType.int64, IW](-1000)).cast[DType.int32]()
-    var out = ftz[IW](s * _scale(e))
+    var out = scale_pow2[IW](s, pow2f_w[IW](e))
     var c = F32Ptr(unsafe_from_address=g.c).unsafe_offset(i * g.n + j)
     if nr >= IW:
         c.unsafe_store(0, out)

@@ -9,35 +9,32 @@ lanes. Planes passed by a caller may hold any int8 values, so a code lies in
 moved into an int64 sum (7 * 16512**2 < 2**31). Output ftz(f32(S) * pow2f(ea + eb)),
 the int GEMM's epilogue.
 """
-from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr
-from convert.cpu.quant import pow2f_bits
-from gemm.cpu.tree import ftz
+from arith.fp import pow2f
+from arith.quant import join15, scale_pow2
 from gemm.cpu.int_gemm import IntArgs
+from gemm.cpu.blocking import INT_ROWS_MAX, LW
 
-comptime INT_ROWS_MAX = 4
-comptime LW = 16  # int32 lanes per step
 comptime FLUSH = 7  # steps before an int32 lane could overflow (any int8 planes)
 
 
 @always_inline
 def _codes_b(g: IntArgs, j: Int, kk: Int) -> SIMD[DType.int32, LW]:
-    var hi = I8Ptr(unsafe_from_address=g.b_hi).unsafe_load[width=LW](j * g.k + kk).cast[DType.int32]()
+    var hi = I8Ptr(unsafe_from_address=g.b_hi).unsafe_load[width=LW](j * g.k + kk)
     if not g.int15:
-        return hi
-    var lo = I8Ptr(unsafe_from_address=g.b_lo).unsafe_load[width=LW](j * g.k + kk).cast[DType.int32]()
-    return hi * 128 + lo
+        return hi.cast[DType.int32]()
+    return join15[LW](hi, I8Ptr(unsafe_from_address=g.b_lo).unsafe_load[width=LW](j * g.k + kk))
 
 
 @always_inline
 def _code_b1(g: IntArgs, j: Int, kk: Int) -> Int64:
-    var hi = Int64(I8Ptr(unsafe_from_address=g.b_hi).unsafe_load(j * g.k + kk))
+    var hi = I8Ptr(unsafe_from_address=g.b_hi).unsafe_load(j * g.k + kk)
     if not g.int15:
-        return hi
-    return hi * 128 + Int64(I8Ptr(unsafe_from_address=g.b_lo).unsafe_load(j * g.k + kk))
+        return Int64(hi)
+    return Int64(join15[1](hi, I8Ptr(unsafe_from_address=g.b_lo).unsafe_load(j * g.k + kk))[0])
 
 
 def a_codes(g: IntArgs, dst: Pointer[Int32, MutAnyOrigin]):
@@ -47,7 +44,7 @@ def a_codes(g: IntArgs, dst: Pointer[Int32, MutAnyOrigin]):
     for t in range(g.m * g.k):
         var c = Int32(ah.unsafe_load(t))
         if g.int15:
-            c = c * 128 + Int32(al.unsafe_load(t))
+            c = join15[1](ah.unsafe_load(t), al.unsafe_load(t))[0]
         dst.unsafe_store(t, c)
 
 
@@ -78,8 +75,7 @@ def _rows_m[M: Int](g: IntArgs, ac: Pointer[Int32, MutAnyOrigin], j_lo: Int, j_h
             for t in range(kv, g.k):
                 s += Int64(ac.unsafe_load(i * g.k + t)) * _code_b1(g, j, t)
             var e = Int(ea.unsafe_load(i)) + Int(eb.unsafe_load(j))
-            var p2 = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(e)))
-            var out = ftz[1](SIMD[DType.float32, 1](s.cast[DType.float32]()) * p2)
+            var out = scale_pow2[1](SIMD[DType.float32, 1](s.cast[DType.float32]()), pow2f(e))
             c.unsafe_store(i * g.n + j, out[0])
 
 

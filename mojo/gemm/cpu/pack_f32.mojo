@@ -2,21 +2,21 @@
 
 A block: for each MR-row panel, for kk in the leaf, MR values (row i of the panel).
 B chunk: for each NR-column panel, for kk over all of k, NR values.
-Sources are float32 or bf16 bits (widened exactly here: bits << 16), in any of the
+Sources are float32 or bf16 bits (widened exactly here by arith.bf16.widen, rule L-1), in any of the
 three layouts: A row-major (m,k) or transposed (k,m); B row-major (k,n) or
 transposed (n,k). Packing copies bits; it never rounds.
 """
-from std.memory import bitcast
 from std.collections import Array
 from common.ptr import F32Ptr, U16Ptr, U32Ptr
 from gemm.cpu.blocking import MR, NR, W
+from arith.bf16 import widen
 
 
 @always_inline
 def _get(src: Int, idx: Int, is_bf16: Bool) -> Float32:
     if is_bf16:
         var b = U16Ptr(unsafe_from_address=src).unsafe_load(idx)
-        return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](UInt32(b) << 16))[0]
+        return widen[1](b)[0]
     return F32Ptr(unsafe_from_address=src).unsafe_load(idx)
 
 
@@ -71,8 +71,7 @@ def pack_b(
                 for kk in range(k):
                     var row = s.unsafe_offset(kk * ldb + jb)
                     comptime for v in range(NR // W):
-                        var bits = row.unsafe_load[width=W](v * W).cast[DType.uint32]() << 16
-                        d.unsafe_store(kk * NR + v * W, bitcast[DType.float32, W](bits))
+                        d.unsafe_store(kk * NR + v * W, widen[W](row.unsafe_load[width=W](v * W)))
             else:
                 for kk in range(k):
                     for jj in range(cols):

@@ -13,10 +13,7 @@ B packing also returns. Wrapping int32 arithmetic keeps every true sum exact: al
 true sums lie inside the int32 range by the domain rules L-7 / W-4.
 """
 from common.ptr import I8Ptr, I32Ptr, U32Ptr
-from gemm.cpu.blocking import round_up
-
-comptime IMR = 6
-comptime INR = 32
+from gemm.cpu.blocking import round_up, IMR, INR
 
 
 @always_inline

@@ -8,19 +8,16 @@ layout each leaf's B block is transposed in chunks of TCHUNK columns first. The
 per-output leaf accumulators live in a small L1 buffer instead of registers.
 """
 from std.math import fma
-from std.memory import bitcast
 from common.ptr import F32Ptr, U16Ptr
-from gemm.cpu.blocking import W, leaf_size, bit_length, trailing_ones, round_up
-from gemm.cpu.tree import ftz
+from gemm.cpu.blocking import W, round_up, ROWS_MAX, PF_ROWS, NTG, TCHUNK
+from arith.fp import ftz
+from arith.bf16 import widen
+from arith.tree import leaf_size, bit_length, trailing_ones, tree_add
 from gemm.cpu.fp32_v1 import GemmArgs
 from gemm.cpu.pack_f32 import transpose16
 from std.collections import Array
 from std.sys.intrinsics import prefetch
 
-comptime ROWS_MAX = 4
-comptime PF_ROWS = 1
-comptime NTG = 2
-comptime TCHUNK = 16 * NTG
 
 
 def rows_ws(g: GemmArgs, cols: Int) -> Int:
@@ -35,7 +32,7 @@ def _a_at(g: GemmArgs, i: Int, kk: Int) -> Float32:
     var idx = kk * g.m + i if g.trans_a else i * g.k + kk
     if g.a_bf16:
         var b = U16Ptr(unsafe_from_address=g.a).unsafe_load(idx)
-        return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](UInt32(b) << 16))[0]
+        return widen[1](b)[0]
     return F32Ptr(unsafe_from_address=g.a).unsafe_load(idx)
 
 
@@ -151,13 +148,13 @@ def _merge_chunk(
         var j = jc
         while j < jend:
             # stride is a multiple of 16 >= W, so a full vector is always in bounds
-            var v = ftz[W](ai.unsafe_load[width=W](j))
+            var v = ftz(ai.unsafe_load[width=W](j))
             for lvl in range(t):
-                v = ftz[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j) + v)
+                v = tree_add[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j), v)
             if last:
                 for lvl in range(t + 1, levels):
                     if (nleaves >> lvl) & 1:
-                        v = ftz[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j) + v)
+                        v = tree_add[W](slots.unsafe_offset(lvl * per + i * stride).unsafe_load[width=W](j), v)
                 if j + W <= jend:
                     crow.unsafe_store(j, v)
                 else:

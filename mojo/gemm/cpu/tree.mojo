@@ -1,4 +1,4 @@
-"""Leaf combination for fp32.v1 (contract 6.4) and the explicit flush.
+"""Leaf combination for fp32.v1 (contract 6.4; its step is arith.tree.tree_add).
 
 Leaves are merged as they complete with a binary-counter stack (one slot per
 level): leaf p first merges with the levels given by the trailing one-bits of p,
@@ -7,17 +7,11 @@ from the lowest (most recent) upward. This is exactly the balanced pairwise tree
 with an odd last element carried, e.g. 7 leaves: (p01 + p23) + (p45 + p6). Every
 sum is flushed (subnormal -> zero of the same sign).
 """
-from std.memory import bitcast
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W, trailing_ones
+from gemm.cpu.blocking import MR, NR, NV, W
+from arith.fp import ftz
+from arith.tree import tree_add, trailing_ones
 from gemm.cpu.ukernel_f32 import Acc
-
-
-@always_inline
-def ftz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    var b = bitcast[DType.uint32, w](x)
-    var tiny = (b & 0x7F800000).eq(0)
-    return bitcast[DType.float32, w](tiny.select(b & 0x80000000, b))
 
 
 @always_inline
@@ -28,18 +22,18 @@ def finish_tile(
 ):
     """Merge leaf p of this tile into the stack; after the last leaf write C[mr, nr]."""
     comptime for q in range(MR * NV):
-        acc[q] = ftz[W](acc[q])
+        acc[q] = ftz(acc[q])
     var t = trailing_ones(p)
     for lvl in range(t):
         var s = slots.unsafe_offset(lvl * level_stride + tile_off)
         comptime for q in range(MR * NV):
-            acc[q] = ftz[W](s.unsafe_load[width=W](q * W) + acc[q])
+            acc[q] = tree_add[W](s.unsafe_load[width=W](q * W), acc[q])
     if p == nleaves - 1:
         for lvl in range(t + 1, levels):
             if (nleaves >> lvl) & 1:
                 var s = slots.unsafe_offset(lvl * level_stride + tile_off)
                 comptime for q in range(MR * NV):
-                    acc[q] = ftz[W](s.unsafe_load[width=W](q * W) + acc[q])
+                    acc[q] = tree_add[W](s.unsafe_load[width=W](q * W), acc[q])
         store_tile(acc, c, ldc, mr, nr)
     else:
         var s = slots.unsafe_offset(t * level_stride + tile_off)

@@ -11,10 +11,8 @@ from std.sys.info import CompilationTarget
 from std.collections import Array
 from std.memory import bitcast
 from common.ptr import U32Ptr
-from gemm.cpu.pack_int import IMR, INR
+from gemm.cpu.blocking import IMR, INR, IW, INV
 
-comptime IW = 16
-comptime INV = INR // IW
 comptime IAcc = Array[SIMD[DType.int32, IW], IMR * INV]
 
 

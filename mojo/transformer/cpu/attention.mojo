@@ -20,13 +20,15 @@ from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
-from arith.elementary import ftz, mul, sqrt_rn, expf, is_nan, NEG_FLT_MAX_BITS, QNAN_BITS
-from convert.cpu.quant import row_exponent, pow2f_bits, _codes
+from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
+from arith.elementary import mul, sqrt_rn, expf
+from arith.quant import row_exponent, quant_scale, codes, INT15_SHIFT, INT15_CMAX
+from arith.tree import tree_add
 
 comptime W = simd_width_of[DType.float32]()
 comptime F1 = SIMD[DType.float32, 1]
 comptime FW = SIMD[DType.float32, W]
-comptime LEAF = 128
+comptime LEAF = 128  # = arith.tree.leaf_size(head_dim) for every head_dim <= 131072 (rule 6.2)
 comptime MAX_LEAVES = 8
 comptime KB = 4  # key blocks of W lanes in flight
 
@@ -93,11 +95,11 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
                 krow.unsafe_store(j * hd + kk, kt.unsafe_load(kk * a.tmax + j))
         var kbits = U32Ptr(unsafe_from_address=Int(krow))
         for j in range(nkeys):
-            var e = row_exponent(kbits.unsafe_offset(j * hd), hd, 13)
+            var e = row_exponent(kbits.unsafe_offset(j * hd), hd, INT15_SHIFT)
             kexp.unsafe_store(j, Int32(e))
-            var sc = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(-e)))[0]
+            var sc = quant_scale(e)
             for kk in range(hd):
-                kcodes.unsafe_store(j * hd + kk, _codes[1, 16383](kbits.unsafe_load(j * hd + kk), sc)[0])
+                kcodes.unsafe_store(j * hd + kk, codes[1, INT15_CMAX](kbits.unsafe_load(j * hd + kk), sc)[0])
     var nleaves = (hd + LEAF - 1) // LEAF
     # Masked keys (position > the query's) add exactly nothing when every q, k and v
     # value is finite and small: their score is a finite |dot| < 2**100, the mask makes
@@ -114,11 +116,11 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
                 n_eff = p + 1
             # ---- scores
             if a.fixed15:
-                var qe = row_exponent(U32Ptr(unsafe_from_address=Int(qr)), hd, 13)
-                var qsc = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(-qe)))[0]
+                var qe = row_exponent(U32Ptr(unsafe_from_address=Int(qr)), hd, INT15_SHIFT)
+                var qsc = quant_scale(qe)
                 var qbits = U32Ptr(unsafe_from_address=Int(qr))
                 for kk in range(hd):
-                    qcodes.unsafe_store(kk, _codes[1, 16383](qbits.unsafe_load(kk), qsc)[0])
+                    qcodes.unsafe_store(kk, codes[1, INT15_CMAX](qbits.unsafe_load(kk), qsc)[0])
                 for j in range(n_eff):
                     var acc = SIMD[DType.int64, 8](0)
                     var kr = kcodes.unsafe_offset(j * hd)
@@ -131,7 +133,7 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
                         sum += Int64(qcodes.unsafe_load(kk)) * Int64(kr.unsafe_load(kk))
                         kk += 1
                     var e = qe + Int(kexp.unsafe_load(j))
-                    var p2 = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(e)))
+                    var p2 = F1(pow2f(e))
                     var c = ftz(mul(F1(sum.cast[DType.float32]()), p2))
                     s.unsafe_store(j, ftz(mul(c, F1(scale)))[0])
             else:
@@ -235,7 +237,7 @@ def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int
         while nl > 1:
             var half = nl // 2
             for t in range(half):
-                partsn[t] = ftz(F1(partsn[2 * t]) + F1(partsn[2 * t + 1]))[0]
+                partsn[t] = tree_add[1](F1(partsn[2 * t]), F1(partsn[2 * t + 1]))[0]
             if nl % 2 == 1:
                 partsn[half] = partsn[nl - 1]
             nl = half + nl % 2
@@ -251,7 +253,7 @@ def _tree[kb: Int](mut parts: Array[SIMD[DType.float32, W], KB * MAX_LEAVES], nl
         var half = n // 2
         for t in range(half):
             comptime for q in range(kb):
-                parts[t * KB + q] = ftz(parts[2 * t * KB + q] + parts[(2 * t + 1) * KB + q])
+                parts[t * KB + q] = tree_add[W](parts[2 * t * KB + q], parts[(2 * t + 1) * KB + q])
         if n % 2 == 1:
             comptime for q in range(kb):
                 parts[half * KB + q] = parts[(n - 1) * KB + q]

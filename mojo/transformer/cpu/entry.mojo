@@ -5,10 +5,9 @@ from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
-from max.algorithm import parallelize
 from common.ptr import F32Ptr, I64Ptr, ptr_f32
 from common.fpstate import enter_contract_mode, leave_contract_mode
-from common.tasks import chunk_bounds
+from common.tasks import chunk_bounds, run_tasks
 from transformer.cpu.ops import gather_rows, rmsnorm_rows, rope_table_rows, rope_rows, silu_mul_rows, add_rows, elementwise, softmax_rows, mean_rows
 from transformer.cpu.attention import AttnArgs, attn_unit, attn_ws_floats, attn_scale
 
@@ -33,18 +32,11 @@ def nn_gather(args: PythonObject) raises -> PythonObject:
     var rows = _arg(args, 3)
     var d = _arg(args, 4)
     var t_count = _tasks(rows, _arg(args, 5), max(1, 16384 // max(1, d)))
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm table, imm ids, imm out, imm rows, imm d, imm t_count}:
         var b = chunk_bounds(rows, t_count, t, 1)
         gather_rows(table, ids, out, d, b[0], b[1])
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 
@@ -59,20 +51,11 @@ def nn_rmsnorm(args: PythonObject) raises -> PythonObject:
     var d = _arg(args, 6)
     var eps = _f32(_arg(args, 7))
     var t_count = _tasks(rows, _arg(args, 8), max(1, 8192 // max(1, d)))
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm x, imm ldx, imm w, imm out, imm ldo, imm rows, imm d, imm eps, imm t_count}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(rows, t_count, t, 1)
         rmsnorm_rows(x, ldx, w, out, ldo, d, eps, b[0], b[1])
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 
@@ -84,20 +67,11 @@ def nn_rope_table(args: PythonObject) raises -> PythonObject:
     var hd = _arg(args, 3)
     var theta = _f32(_arg(args, 4))
     var t_count = _tasks(npos, _arg(args, 5), 256)
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm cos_t, imm sin_t, imm npos, imm hd, imm theta, imm t_count}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(npos, t_count, t, 1)
         rope_table_rows(cos_t, sin_t, hd, theta, b[0], b[1])
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 
@@ -119,20 +93,11 @@ def nn_rope(args: PythonObject) raises -> PythonObject:
     var transposed = _arg(args, 12) != 0
     var tmax = _arg(args, 13)
     var t_count = _tasks(rows, _arg(args, 14), max(1, 4096 // max(1, nh * hd)))
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm src, imm lds, imm dst, imm ldd, imm dhs, imm nh, imm hd, imm cos_t, imm sin_t, imm pos0, imm length, imm rows, imm transposed, imm tmax, imm t_count}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(rows, t_count, t, 1)
         rope_rows(src, lds, dst, ldd, dhs, nh, hd, cos_t, sin_t, pos0, length, b[0], b[1], transposed, tmax)
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 
@@ -146,20 +111,11 @@ def nn_silu_mul(args: PythonObject) raises -> PythonObject:
     var n = _arg(args, 5)
     var rows = _arg(args, 6)
     var t_count = _tasks(rows, _arg(args, 7), max(1, 8192 // max(1, n)))
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm g, imm u, imm ld_in, imm out, imm ld_out, imm n, imm rows, imm t_count}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(rows, t_count, t, 1)
         silu_mul_rows(g, u, ld_in, out, ld_out, n, b[0], b[1])
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 
@@ -175,20 +131,11 @@ def nn_add(args: PythonObject) raises -> PythonObject:
     var n = _arg(args, 6)
     var rows = _arg(args, 7)
     var t_count = _tasks(rows, _arg(args, 8), max(1, 32768 // max(1, n)))
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm x, imm ldx, imm y, imm ldy, imm o, imm ldo, imm n, imm rows, imm t_count}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(rows, t_count, t, 1)
         add_rows(x, ldx, y, ldy, o, ldo, n, b[0], b[1])
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 
@@ -210,23 +157,15 @@ def nn_attention(args: PythonObject) raises -> PythonObject:
     var units = groups * ((length + qchunk - 1) // qchunk)
     var t_count = max(1, min(tasks, units))
     var per = attn_ws_floats(a)
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
     var ws = unsafe_alloc[Float32](per * t_count, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
 
     def work(t: Int) {imm a, imm units, imm t_count, imm ws, imm per}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(units, t_count, t, 1)
         for u in range(b[0], b[1]):
             attn_unit(a, u, ws.unsafe_offset(t * per))
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
+    run_tasks(work, t_count)
     ws.unsafe_free()
-    cpy.PyEval_RestoreThread(st)
     return PythonObject(None)
 
 
@@ -261,20 +200,11 @@ def nn_softmax(args: PythonObject) raises -> PythonObject:
     var n = _arg(args, 3)
     var log = _arg(args, 4) != 0
     var t_count = _tasks(rows, _arg(args, 5), max(1, 8192 // max(1, n)))
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm x, imm o, imm rows, imm n, imm log, imm t_count}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(rows, t_count, t, 1)
         softmax_rows(x, o, n, log, b[0], b[1])
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 
@@ -285,20 +215,11 @@ def nn_mean(args: PythonObject) raises -> PythonObject:
     var rows = _arg(args, 2)
     var n = _arg(args, 3)
     var t_count = _tasks(rows, _arg(args, 4), max(1, 8192 // max(1, n)))
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-
     def work(t: Int) {imm x, imm o, imm rows, imm n, imm t_count}:
-        var old = enter_contract_mode()
         var b = chunk_bounds(rows, t_count, t, 1)
         mean_rows(x, o, n, b[0], b[1])
-        leave_contract_mode(old)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    cpy.PyEval_RestoreThread(st)
+    run_tasks(work, t_count)
     return PythonObject(None)
 
 

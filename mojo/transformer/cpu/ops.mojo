@@ -10,8 +10,8 @@ from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
-from arith.elementary import ftz, mul, sqrt_rn, expf, logf, powf, sin_cos, is_nan
-from convert.cpu.quant import row_exponent, pow2f_bits
+from arith.fp import ftz, is_nan
+from arith.elementary import mul, sqrt_rn, expf, logf, powf, sin_cos
 from common.ptr import U32Ptr
 
 comptime W = simd_width_of[DType.float32]()

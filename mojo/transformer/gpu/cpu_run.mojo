@@ -5,7 +5,7 @@ from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory import bitcast
 from common.ptr import F32Ptr, ptr_f32
-from gpu.cpu_run import enter_ieee_mode, leave_ieee_mode
+from common.fpstate import enter_ieee_mode, leave_ieee_mode
 from transformer.gpu.threads import (
     rmsnorm_thread, silu_mul_thread, add_thread, rope_table_thread, rope_thread, attention_thread,
 )

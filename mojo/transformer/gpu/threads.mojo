@@ -9,8 +9,10 @@ from std.math import fma
 from std.memory import bitcast
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr
-from arith.elementary import ftz, mul, sqrt_rn, expf, powf, sin_cos, is_nan, NEG_FLT_MAX_BITS, QNAN_BITS
-from convert.cpu.quant import pow2f_bits, _codes
+from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
+from arith.elementary import mul, sqrt_rn, expf, powf, sin_cos
+from arith.quant import row_exponent_strided, quant_scale, codes, INT15_SHIFT, INT15_CMAX
+from arith.tree import chain_step, tree_add
 
 comptime F1 = SIMD[DType.float32, 1]
 comptime LEAF = 128
@@ -79,22 +81,13 @@ def rope_thread(
 def _exp15_strided(x: F32Ptr, n: Int, stride: Int) -> Int:
     """The int15 row exponent (W-1) of n values x[t * stride]: DAZ, absmax ignoring
     NaN (inf counts), e = exponent(absmax) - 13, 0 for a row without such values."""
-    var top = UInt32(0)
-    var u = U32Ptr(unsafe_from_address=Int(x))
-    for t in range(n):
-        var m = u.unsafe_load(t * stride) & 0x7FFFFFFF
-        if m <= 0x7F800000 and m >= 0x00800000 and m > top:
-            top = m
-    if top == 0:
-        return 0
-    return Int(top >> 23) - 127 - 13
+    return row_exponent_strided(U32Ptr(unsafe_from_address=Int(x)), n, stride, INT15_SHIFT)
 
 
 @always_inline
 def _code15(x: F32Ptr, i: Int, e: Int) -> Int64:
-    var sc = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(-e)))[0]
     var u = U32Ptr(unsafe_from_address=Int(x))
-    return Int64(_codes[1, 16383](u.unsafe_load(i), sc)[0])
+    return Int64(codes[1, INT15_CMAX](u.unsafe_load(i), quant_scale(e))[0])
 
 
 def attention_thread(
@@ -120,7 +113,7 @@ def attention_thread(
             var sum = Int64(0)
             for kk in range(hd):
                 sum += _code15(qr, kk, qe) * _code15(kb, kk * tmax + j, ke)
-            var p2 = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(qe + ke)))
+            var p2 = F1(pow2f(qe + ke))
             c = mul(F1(sum.cast[DType.float32]()), p2)
         else:
             # fp32.v1: leaves of 128, each one chain, then the pairwise tree
@@ -129,13 +122,13 @@ def attention_thread(
             for lf in range(nleaves):
                 var acc = F1(0)
                 for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
-                    acc = ftz(fma(ld(qr, kk), ld(kb, kk * tmax + j), acc))
+                    acc = chain_step[1](ld(qr, kk), ld(kb, kk * tmax + j), acc)
                 parts[lf] = acc[0]
             var n = nleaves
             while n > 1:
                 var half = n // 2
                 for t in range(half):
-                    parts[t] = ftz(F1(parts[2 * t]) + F1(parts[2 * t + 1]))[0]
+                    parts[t] = tree_add[1](F1(parts[2 * t]), F1(parts[2 * t + 1]))[0]
                 if n % 2 == 1:
                     parts[half] = parts[n - 1]
                 n = half + n % 2

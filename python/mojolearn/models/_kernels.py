@@ -33,7 +33,7 @@ def gemm_nt(x, ldx_rows: int, w, out, *, w_bf16: bool = False):
     wa, wn = _gemm._ws()
     need = native().gemm_f32((
         _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), get_num_threads(),
-        _gemm._SABOTAGE, wa, wn,
+        _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)
@@ -57,7 +57,7 @@ def gemm_int15(xq, wq, out, m: int, n: int, k: int):
     wa, wn = _gemm._ws()
     need = native().gemm_int15((
         _a(xq[0]), _a(xq[1]), _a(xq[2]), _a(wq[0]), _a(wq[1]), _a(wq[2]), _a(out),
-        m, n, k, get_num_threads(), _gemm._SABOTAGE, wa, wn,
+        m, n, k, get_num_threads(), _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)

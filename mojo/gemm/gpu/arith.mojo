@@ -1,5 +1,5 @@
-"""Per-element arithmetic of the v1 profiles, written once for the GPU kernels and
-for the CPU run of those kernels (cpu_run.mojo).
+"""Per-element arithmetic of the GEMM profiles for one GPU thread, shared by the GPU
+kernels and by the CPU run of those kernels (cpu_run.mojo).
 
 WHAT IT IS
     Plain scalar functions: no thread indices, no allocation, no floating-point
@@ -13,70 +13,60 @@ WHY EXPLICIT FLUSHES
     fma(1 - 2**-24, 2**-126, +0), which fp32.v1 keeps as 2**-126). So every input
     is DAZ'd explicitly and every value the contract flushes is flushed
     explicitly, on the correctly rounded IEEE result (fma.rn.f32 / add.rn.f32
-    without .ftz on NVIDIA; compile_all.mojo refuses PTX that has .ftz or
+    without .ftz on NVIDIA; compile_all_gpu.mojo refuses PTX that has .ftz or
     .approx arithmetic). On the CPU the same code gives the same bits under any
     MXCSR with FTZ off (cpu_run sets that).
 
-RULES (contract ids as in arithmetic-v1.md)
-    fp32.v1 1   daz on every operand (bf16 operands widened first, then daz)
-    fp32.v1 2   leaf size L = max(128, ceil(k / 1024))     (gemm.cpu.blocking)
-    fp32.v1 3   leaf_dot: acc = +0; acc = ftz(fma(a, b, acc)) for kk ascending
-    fp32.v1 4   tree_fold: balanced pairwise tree, odd last carried, ftz per sum
-    L-1 / L-2   widen / narrow bf16                         (convert.cpu.bf16)
-    L-3/L-4/W-*  quantize rows: exponent from the absmax, codes rne + clamp
-    L-6         dequantize: ftz(f32(code) * pow2f(e))
-    int8i32 / int15i64   exact integer sums, epilogue ftz(f32(S) * pow2f(ea + eb))
+RULES: every rule is the arithmetic layer's (mojo/arith/), called at width 1;
+this file only adapts it to one thread's view (pointers, indices, scalars)
+    6.1         daz on every operand (bf16 operands widened first)   arith.fp.daz_bits
+    6.2         leaf size                                             arith.tree.leaf_size
+    6.3         leaf_dot: the chain, kk ascending                     arith.tree.chain_step
+    6.4         tree_fold: the streaming pairwise tree                arith.tree.tree_add
+    L-1         bf16 operands widened                                 arith.bf16.widen
+    L-5/W-3     ftz(f32(S) * pow2f(ea + eb))                          arith.quant.scale_pow2
+    (the converters' adapters are convert/gpu/arith.mojo)
 """
-from std.math import fma
-from std.memory import bitcast
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
-from convert.cpu.bf16 import narrow_bits
-from convert.cpu.quant import pow2f_bits, _codes
-from gemm.cpu.tree import ftz as _ftz_simd
-from gemm.cpu.blocking import leaf_size, trailing_ones
+from arith.fp import _ftz, daz_bits, f32_of_bits
+from arith.fp import pow2f as _pow2f
+from arith.bf16 import widen
+from arith.tree import leaf_count, chain_step, tree_add, trailing_ones
+from arith.quant import join15, scale_pow2
 
-# Levels of the binary-counter stack: nleaves <= 1024 by rule 2 needs 11; 16 is spare.
+# Levels of the binary-counter stack: nleaves <= 1024 by rule 6.2 needs 11; 16 is spare.
 comptime TREE_LEVELS = 16
-comptime INT8_SHIFT = 6
-comptime INT15_SHIFT = 13
-comptime INT8_CMAX = 127
-comptime INT15_CMAX = 16383
 
 
 # ------------------------------------------------------------------ scalars
 @always_inline
 def ftz(x: Float32) -> Float32:
-    """A float32 subnormal becomes a zero of the same sign (the CPU kernels' ftz)."""
-    return _ftz_simd[1](x)[0]
+    return _ftz[1](x)[0]
 
 
 @always_inline
 def daz(x: Float32) -> Float32:
-    """DAZ on an input: the same map as ftz."""
-    return _ftz_simd[1](x)[0]
+    """Rule 6.1 on one input."""
+    return _ftz[1](x)[0]
 
 
 @always_inline
 def pow2f(e: Int) -> Float32:
-    """float32 2**e for -126 <= e <= 127, +inf above, +0 below."""
-    return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](pow2f_bits(e)))[0]
+    return _pow2f(e)
 
 
 @always_inline
 def leaves_of(k: Int) -> Int:
-    """Number of fp32.v1 leaves for k (at most 1024)."""
-    var l = leaf_size(k)
-    return (k + l - 1) // l
+    return leaf_count(k)
 
 
 # ------------------------------------------------------------------ fp32.v1
 @always_inline
 def load_operand[dt: DType](p: Pointer[Scalar[dt], MutAnyOrigin], idx: Int) -> Float32:
     """One GEMM operand element as the float32 the contract multiplies: bf16 bits
-    (uint16) widened exactly, then DAZ; float32 DAZ'd."""
+    (uint16) widened exactly (L-1), then DAZ (6.1); float32 DAZ'd."""
     comptime if dt == DType.uint16:
-        var w = UInt32(rebind[UInt16](p.unsafe_load(idx))) << 16
-        return daz(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](w))[0])
+        return daz(widen[1](rebind[SIMD[DType.uint16, 1]](p.unsafe_load(idx)))[0])
     else:
         comptime assert dt == DType.float32, "GEMM operands are float32 or bf16 bits"
         return daz(rebind[Float32](p.unsafe_load(idx)))
@@ -88,19 +78,19 @@ def leaf_dot[adt: DType, bdt: DType](
     b: Pointer[Scalar[bdt], MutAnyOrigin], b_col: Int, b_step: Int,
     kk0: Int, kk1: Int,
 ) -> Float32:
-    """fp32.v1 rule 3 for one output over the leaf [kk0, kk1).
+    """fp32.v1 rule 6.3 for one output over the leaf [kk0, kk1).
 
     a(i, kk) is a[a_row + kk * a_step] and b(kk, j) is b[b_col + kk * b_step]; the
     caller picks these for its layout (a_strides / b_strides), which changes no bit.
     """
-    var acc = Float32(0)
+    var acc = SIMD[DType.float32, 1](0)
     var pa = a_row + kk0 * a_step
     var pb = b_col + kk0 * b_step
     for _ in range(kk0, kk1):
-        acc = ftz(fma(load_operand[adt](a, pa), load_operand[bdt](b, pb), acc))
+        acc = chain_step[1](load_operand[adt](a, pa), load_operand[bdt](b, pb), acc)
         pa += a_step
         pb += b_step
-    return acc
+    return acc[0]
 
 
 @always_inline
@@ -138,7 +128,7 @@ def tree_fold(parts: F32Ptr, stride: Int, nleaves: Int) -> Float32:
         var t = trailing_ones(p)
         comptime for lvl in range(TREE_LEVELS):
             if lvl < t:
-                v = ftz(slots[lvl] + v)
+                v = tree_add[1](slots[lvl], v)[0]
         if p + 1 < nleaves:
             comptime for lvl in range(TREE_LEVELS):
                 if lvl == t:
@@ -146,7 +136,7 @@ def tree_fold(parts: F32Ptr, stride: Int, nleaves: Int) -> Float32:
         else:
             comptime for lvl in range(TREE_LEVELS):
                 if lvl > t and ((nleaves >> lvl) & 1) != 0:
-                    v = ftz(slots[lvl] + v)
+                    v = tree_add[1](slots[lvl], v)[0]
     return v
 
 
@@ -163,8 +153,8 @@ def dot_int8(a: I8Ptr, b: I8Ptr, k: Int) -> Int32:
 
 @always_inline
 def code15(hi: I8Ptr, lo: I8Ptr, idx: Int) -> Int32:
-    """The 15-bit code hi * 128 + lo."""
-    return Int32(hi.unsafe_load(idx)) * 128 + Int32(lo.unsafe_load(idx))
+    """The 15-bit code hi * 128 + lo (W-2)."""
+    return join15[1](hi.unsafe_load(idx), lo.unsafe_load(idx))[0]
 
 
 @always_inline
@@ -178,72 +168,6 @@ def dot_int15(ahi: I8Ptr, alo: I8Ptr, bhi: I8Ptr, blo: I8Ptr, k: Int) -> Int64:
 
 @always_inline
 def int_epilogue[dt: DType](s: Scalar[dt], ea: Int32, eb: Int32) -> Float32:
-    """ftz(f32(S) * pow2f(ea + eb)): f32(S) one round to nearest even, one
-    float32 multiply (0 * inf is NaN, as the formula says)."""
+    """ftz(f32(S) * pow2f(ea + eb)) (L-5, W-3): f32(S) one round to nearest even."""
     comptime assert dt == DType.int32 or dt == DType.int64, "S is int32 or int64"
-    return ftz(s.cast[DType.float32]() * pow2f(Int(ea) + Int(eb)))
-
-
-# ------------------------------------------------------------------ bf16
-@always_inline
-def narrow_bf16(bits: UInt32) -> UInt16:
-    """L-2: float32 bits -> bf16 bits (DAZ, round to nearest even, NaN quieted)."""
-    return narrow_bits[1](bits)[0]
-
-
-@always_inline
-def widen_bf16(bits: UInt16) -> UInt32:
-    """L-1: bf16 bits -> float32 bits, exactly, no flush."""
-    return UInt32(bits) << 16
-
-
-# ------------------------------------------------------------------ quantization
-@always_inline
-def absmax_step(best: UInt32, bits: UInt32) -> UInt32:
-    """One element of the row absmax, on the bits: |x| of a normal or inf counts,
-    NaN and (DAZ'd) subnormals and zeros do not. Order-free (a max)."""
-    var mag = bits & 0x7FFFFFFF
-    if mag <= 0x7F800000 and mag >= 0x00800000 and mag > best:
-        return mag
-    return best
-
-
-@always_inline
-def exponent_of(absmax_bits: UInt32, shift: Int) -> Int32:
-    """e = unbiased_exponent(absmax) - shift, or 0 for a row with no counted value."""
-    if absmax_bits == 0:
-        return 0
-    return Int32(Int(absmax_bits >> 23) - 127 - shift)
-
-
-@always_inline
-def row_exponent(src: U32Ptr, k: Int, shift: Int) -> Int32:
-    """The exponent of one row of k float32 values (as bits)."""
-    var best = UInt32(0)
-    for i in range(k):
-        best = absmax_step(best, src.unsafe_load(i))
-    return exponent_of(best, shift)
-
-
-@always_inline
-def quant_scale(e: Int32) -> Float32:
-    """pow2f(-e): the factor that brings the row's largest value to [2**S, 2**(S+1))."""
-    return pow2f(-Int(e))
-
-
-@always_inline
-def quant_code[cmax: Int](bits: UInt32, scale: Float32) -> Int32:
-    """clamp(rne(ftz(f32(daz(x) * scale))), -cmax, cmax), NaN -> 0 (the CPU's _codes)."""
-    return _codes[1, cmax](SIMD[DType.uint32, 1](bits), scale)[0]
-
-
-@always_inline
-def split15(code: Int32) -> Tuple[Int8, Int8]:
-    """int15 planes: hi = code >> 7 (arithmetic), lo = code & 127."""
-    return (Int8(code >> 7), Int8(code & 127))
-
-
-@always_inline
-def dequant(code: Int32, e: Int32) -> Float32:
-    """L-6: ftz(f32(code) * pow2f(e)) (|code| < 2**24, so f32(code) is exact)."""
-    return ftz(code.cast[DType.float32]() * pow2f(Int(e)))
+    return scale_pow2[1](s.cast[DType.float32](), pow2f(Int(ea) + Int(eb)))[0]

@@ -1,4 +1,4 @@
-"""What ONE GPU thread computes, given its coordinates.
+"""What ONE GPU thread of a GEMM computes, given its coordinates.
 
 The device kernels (kernels.mojo) only turn block/thread indices into these
 coordinates, check the bounds and call a body below; the CPU run (cpu_run.mojo)
@@ -7,9 +7,9 @@ pass, with the same buffers. So a test of the CPU run is a test of the kernels'
 arithmetic, not of a look-alike. Arguments are the kernels' own (Int32 / Int64
 sizes widened to Int here).
 """
-from std.math import fma
+from arith.tree import chain_step
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
-from gpu.arith import (
+from gemm.gpu.arith import (
     ftz,
     load_operand,
     leaf_dot,
@@ -17,28 +17,18 @@ from gpu.arith import (
     dot_int8,
     dot_int15,
     int_epilogue,
-    narrow_bf16,
-    widen_bf16,
-    row_exponent,
-    quant_scale,
-    quant_code,
-    split15,
-    dequant,
     code15,
-    INT8_CMAX,
-    INT15_CMAX,
 )
 
 
 # Launch shapes, in one place: 2-D thread blocks of BX x BY threads (x along n:
 # coalesced C and NN B; y along m); the register-tiled leaves kernel gives each
 # thread a TM x TN tile of outputs, rows BY apart and columns BX apart, so one
-# block covers (BY * TM) x (BX * TN) outputs; 1-D kernels use B1 threads a block.
+# block covers (BY * TM) x (BX * TN) outputs.
 comptime BX = 32
 comptime BY = 8
 comptime TM = 4
 comptime TN = 4
-comptime B1 = 256
 
 
 @always_inline
@@ -96,7 +86,7 @@ def leaves_tile_thread[adt: DType, bdt: DType](
             bv[c] = load_operand[bdt](b, Int(bcol[c]))
         comptime for r in range(TM):
             comptime for c in range(TN):
-                acc[r * TN + c] = ftz(fma(av[r], bv[c], acc[r * TN + c]))
+                acc[r * TN + c] = chain_step[1](av[r], bv[c], acc[r * TN + c])[0]
         arow += Int64(a_ks)
         bcol += Int64(b_ks)
     comptime for r in range(TM):
@@ -131,43 +121,3 @@ def int15_thread(
         bhi.unsafe_offset(j * k), blo.unsafe_offset(j * k), k,
     )
     c.unsafe_store(i * n + j, int_epilogue[DType.int64](s, ea.unsafe_load(i), eb.unsafe_load(j)))
-
-
-# ------------------------------------------------------------------ converters
-@always_inline
-def to_bf16_thread(src: U32Ptr, dst: U16Ptr, i: Int):
-    dst.unsafe_store(i, narrow_bf16(src.unsafe_load(i)))
-
-
-@always_inline
-def from_bf16_thread(src: U16Ptr, dst: U32Ptr, i: Int):
-    dst.unsafe_store(i, widen_bf16(src.unsafe_load(i)))
-
-
-@always_inline
-def row_exponent_thread(src: U32Ptr, exps: I32Ptr, k: Int, shift: Int, r: Int):
-    exps.unsafe_store(r, row_exponent(src.unsafe_offset(r * k), k, shift))
-
-
-@always_inline
-def quantize_int8_thread(src: U32Ptr, exps: I32Ptr, codes: I8Ptr, k: Int, i: Int):
-    var scale = quant_scale(exps.unsafe_load(i // k))
-    codes.unsafe_store(i, Int8(quant_code[INT8_CMAX](src.unsafe_load(i), scale)))
-
-
-@always_inline
-def quantize_int15_thread(src: U32Ptr, exps: I32Ptr, hi: I8Ptr, lo: I8Ptr, k: Int, i: Int):
-    var scale = quant_scale(exps.unsafe_load(i // k))
-    var hl = split15(quant_code[INT15_CMAX](src.unsafe_load(i), scale))
-    hi.unsafe_store(i, hl[0])
-    lo.unsafe_store(i, hl[1])
-
-
-@always_inline
-def dequantize_int8_thread(codes: I8Ptr, exps: I32Ptr, dst: F32Ptr, k: Int, i: Int):
-    dst.unsafe_store(i, dequant(Int32(codes.unsafe_load(i)), exps.unsafe_load(i // k)))
-
-
-@always_inline
-def dequantize_int15_thread(hi: I8Ptr, lo: I8Ptr, exps: I32Ptr, dst: F32Ptr, k: Int, i: Int):
-    dst.unsafe_store(i, dequant(code15(hi, lo, i), exps.unsafe_load(i // k)))

@@ -1,6 +1,6 @@
 """Offline compile of EVERY GPU kernel for every vendor we ship, without a GPU.
 
-    .venv/bin/mojo run -I mojo mojo/gpu/compile_all.mojo      (make gpu-compile)
+    .venv/bin/mojo run -I mojo mojo/compile_all_gpu.mojo      (make gpu-compile)
 
 Targets: sm_80 and sm_90 (PTX), gfx942 (AMDGCN), apple-m3 (LLVM IR for AIR).
 One line per target, e.g. `sm_90: 14 kernels ok (PTX, 123456 bytes)`; any
@@ -20,12 +20,14 @@ WHAT IS CHECKED BEYOND "IT COMPILES"
 """
 from max.gpu.host import get_gpu_target
 from max.gpu.host.compile import _compile_code
-from gpu.kernels import (
+from gemm.gpu.kernels import (
     f32_leaves_kernel,
     f32_leaves_tiled_kernel,
     f32_tree_kernel,
     int8_gemm_kernel,
     int15_gemm_kernel,
+)
+from convert.gpu.kernels import (
     to_bf16_kernel,
     from_bf16_kernel,
     row_exponent_kernel,

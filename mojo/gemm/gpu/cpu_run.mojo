@@ -1,17 +1,15 @@
-"""The GPU kernels' arithmetic run on the CPU: the gpu_ref_* entries of the CPU
-extension, so the GPU bits are tested on every machine, GPU or not.
+"""Test support: the GEMM GPU kernels' arithmetic run on the CPU, the gpu_ref_gemm_*
+entries of the CPU extension, so the GPU bits are tested on every machine.
 
 WHAT IT IS
-    Each entry runs the SAME per-thread bodies (gpu/threads.mojo) as the device
+    Each entry runs the SAME per-thread bodies (gemm/gpu/threads.mojo) as the device
     kernels, in plain single-threaded loops over the kernels' coordinates, pass by
-    pass like the launches in gpu/launch.mojo: for fp32.v1 the leaves pass fills a
+    pass like the launches in gemm/gpu/launch.mojo: for fp32.v1 the leaves pass fills a
     partials buffer parts[leaf][i][j] (register-tiled threads when use_tiled(m, n),
-    as on the GPU), then the tree pass folds it into C; for the
-    quantizers the row-exponent pass runs before the per-element codes. Slow by
-    design (a reference, not a kernel).
+    as on the GPU), then the tree pass folds it into C. Slow by design (a reference, not a kernel).
 
 FLOATING-POINT STATE
-    A GPU kernel runs with plain IEEE arithmetic (no DAZ, no FTZ; compile_all.mojo
+    A GPU kernel runs with plain IEEE arithmetic (no DAZ, no FTZ; compile_all_gpu.mojo
     checks it), so every entry sets the same on the CPU: DAZ off, FTZ off, round to
     nearest, and restores the caller's MXCSR after. With DAZ on, a flush missing
     from the bodies would be hidden by the hardware here and show on the GPU.
@@ -20,20 +18,15 @@ ENTRIES (one tuple of ints each; Python has validated every argument)
     gpu_ref_gemm_f32((a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16))
     gpu_ref_gemm_int8((a, ea, b, eb, c, m, n, k))
     gpu_ref_gemm_int15((ahi, alo, ea, bhi, blo, eb, c, m, n, k))
-    gpu_ref_to_bf16((src, dst, n))          gpu_ref_from_bf16((src, dst, n))
-    gpu_ref_quantize_int8((src, codes, exps, m, k))
-    gpu_ref_quantize_int15((src, hi, lo, exps, m, k))
-    gpu_ref_dequantize_int8((codes, exps, dst, m, k))
-    gpu_ref_dequantize_int15((hi, lo, exps, dst, m, k))
 """
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32
-from common.fpstate import read_mxcsr, write_mxcsr, MXCSR_DAZ, MXCSR_FTZ, MXCSR_RC_MASK
-from gemm.cpu.blocking import leaf_size
-from gpu.arith import a_strides, b_strides, leaves_of, INT8_SHIFT, INT15_SHIFT
-from gpu.threads import (
+from common.fpstate import enter_ieee_mode, leave_ieee_mode
+from arith.tree import leaf_size
+from gemm.gpu.arith import a_strides, b_strides, leaves_of
+from gemm.gpu.threads import (
     BX,
     BY,
     TM,
@@ -45,30 +38,11 @@ from gpu.threads import (
     tree_thread,
     int8_thread,
     int15_thread,
-    to_bf16_thread,
-    from_bf16_thread,
-    row_exponent_thread,
-    quantize_int8_thread,
-    quantize_int15_thread,
-    dequantize_int8_thread,
-    dequantize_int15_thread,
 )
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
     return Int(py=args[i])
-
-
-def enter_ieee_mode() -> Int32:
-    """DAZ off, FTZ off, round to nearest (what the GPU kernels run under);
-    returns the old MXCSR."""
-    var old = read_mxcsr()
-    write_mxcsr(old & ~(MXCSR_DAZ | MXCSR_FTZ | MXCSR_RC_MASK))
-    return old
-
-
-def leave_ieee_mode(old: Int32):
-    write_mxcsr(old)
 
 
 def _leaves_pass[adt: DType, bdt: DType](
@@ -172,88 +146,8 @@ def gpu_ref_gemm_int15(args: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
-def gpu_ref_to_bf16(args: PythonObject) raises -> PythonObject:
-    var src = ptr_u32(_arg(args, 0))
-    var dst = ptr_u16(_arg(args, 1))
-    for i in range(_arg(args, 2)):
-        to_bf16_thread(src, dst, i)
-    return PythonObject(None)
-
-
-def gpu_ref_from_bf16(args: PythonObject) raises -> PythonObject:
-    var src = ptr_u16(_arg(args, 0))
-    var dst = ptr_u32(_arg(args, 1))
-    for i in range(_arg(args, 2)):
-        from_bf16_thread(src, dst, i)
-    return PythonObject(None)
-
-
-def gpu_ref_quantize_int8(args: PythonObject) raises -> PythonObject:
-    var src = ptr_u32(_arg(args, 0))
-    var codes = ptr_i8(_arg(args, 1))
-    var exps = ptr_i32(_arg(args, 2))
-    var m = _arg(args, 3)
-    var k = _arg(args, 4)
-    var old = enter_ieee_mode()
-    for r in range(m):
-        row_exponent_thread(src, exps, k, INT8_SHIFT, r)
-    for i in range(m * k):
-        quantize_int8_thread(src, exps, codes, k, i)
-    leave_ieee_mode(old)
-    return PythonObject(None)
-
-
-def gpu_ref_quantize_int15(args: PythonObject) raises -> PythonObject:
-    var src = ptr_u32(_arg(args, 0))
-    var hi = ptr_i8(_arg(args, 1))
-    var lo = ptr_i8(_arg(args, 2))
-    var exps = ptr_i32(_arg(args, 3))
-    var m = _arg(args, 4)
-    var k = _arg(args, 5)
-    var old = enter_ieee_mode()
-    for r in range(m):
-        row_exponent_thread(src, exps, k, INT15_SHIFT, r)
-    for i in range(m * k):
-        quantize_int15_thread(src, exps, hi, lo, k, i)
-    leave_ieee_mode(old)
-    return PythonObject(None)
-
-
-def gpu_ref_dequantize_int8(args: PythonObject) raises -> PythonObject:
-    var codes = ptr_i8(_arg(args, 0))
-    var exps = ptr_i32(_arg(args, 1))
-    var dst = ptr_f32(_arg(args, 2))
-    var m = _arg(args, 3)
-    var k = _arg(args, 4)
-    var old = enter_ieee_mode()
-    for i in range(m * k):
-        dequantize_int8_thread(codes, exps, dst, k, i)
-    leave_ieee_mode(old)
-    return PythonObject(None)
-
-
-def gpu_ref_dequantize_int15(args: PythonObject) raises -> PythonObject:
-    var hi = ptr_i8(_arg(args, 0))
-    var lo = ptr_i8(_arg(args, 1))
-    var exps = ptr_i32(_arg(args, 2))
-    var dst = ptr_f32(_arg(args, 3))
-    var m = _arg(args, 4)
-    var k = _arg(args, 5)
-    var old = enter_ieee_mode()
-    for i in range(m * k):
-        dequantize_int15_thread(hi, lo, exps, dst, k, i)
-    leave_ieee_mode(old)
-    return PythonObject(None)
-
-
-def register_gpu_reference(mut m: PythonModuleBuilder) raises:
-    """Add the gpu_ref_* entries to the CPU extension module."""
+def register_gemm_gpu_reference(mut m: PythonModuleBuilder) raises:
+    """Add the gpu_ref_gemm_* entries to the CPU extension module."""
     m.def_function[gpu_ref_gemm_f32]("gpu_ref_gemm_f32")
     m.def_function[gpu_ref_gemm_int8]("gpu_ref_gemm_int8")
     m.def_function[gpu_ref_gemm_int15]("gpu_ref_gemm_int15")
-    m.def_function[gpu_ref_to_bf16]("gpu_ref_to_bf16")
-    m.def_function[gpu_ref_from_bf16]("gpu_ref_from_bf16")
-    m.def_function[gpu_ref_quantize_int8]("gpu_ref_quantize_int8")
-    m.def_function[gpu_ref_quantize_int15]("gpu_ref_quantize_int15")
-    m.def_function[gpu_ref_dequantize_int8]("gpu_ref_dequantize_int8")
-    m.def_function[gpu_ref_dequantize_int15]("gpu_ref_dequantize_int15")

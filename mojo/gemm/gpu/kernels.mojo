@@ -1,7 +1,7 @@
 """The device kernels: each thread computes one output, one element or one row by
-calling its body in gpu/threads.mojo (built on gpu/arith.mojo), the same body the
-CPU run (gpu/cpu_run.mojo) calls, so its bits are those of the CPU run and of the
-contract. No TF32, no fast-math, no hardware flush: compile_all.mojo checks the
+calling its body in gemm/gpu/threads.mojo (built on gemm/gpu/arith.mojo), the same
+body the CPU run (gemm/gpu/cpu_run.mojo) calls, so its bits are those of the CPU run and of the
+contract. No TF32, no fast-math, no hardware flush: compile_all_gpu.mojo checks the
 generated code for that.
 
 fp32.v1 / bf16f32.v1 (split-K over the leaves, two launches):
@@ -12,47 +12,25 @@ fp32.v1 / bf16f32.v1 (split-K over the leaves, two launches):
     f32_tree_kernel     thread (i, j) folds parts[.][i][j] -> c[i][j] (rule 4)
 int8i32.v1 / int15i64.v1 (one launch):
     int8_gemm_kernel, int15_gemm_kernel   thread (i, j) -> c[i][j] = a @ b.T
-converters (grid-stride loops, any size):
-    to_bf16_kernel, from_bf16_kernel            one thread per element
     row_exponent_kernel                         one thread per row (shift 6 / 13)
     quantize_int8_kernel, quantize_int15_kernel one thread per element, exps given
     dequantize_int8_kernel, dequantize_int15_kernel  one thread per element
 
-Block and tile sizes live in gpu/threads.mojo; every launch is laid out by
-gpu/launch.mojo. Sizes arrive as Int32 / Int64 (kernel arguments must be
+Block and tile sizes live in gemm/gpu/threads.mojo; every launch is laid out by
+gemm/gpu/launch.mojo. Sizes arrive as Int32 / Int64 (kernel arguments must be
 device-passable); index arithmetic is done in Int (64-bit).
 """
-from max.gpu import block_idx, thread_idx, block_dim, grid_dim
+from max.gpu import block_idx, thread_idx
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
-from gpu.threads import (
+from common.gpu import gid_x, gid_y, stride_x
+from gemm.gpu.threads import (
     tile_origin,
     leaves_tile_thread,
     leaves_thread,
     tree_thread,
     int8_thread,
     int15_thread,
-    to_bf16_thread,
-    from_bf16_thread,
-    row_exponent_thread,
-    quantize_int8_thread,
-    quantize_int15_thread,
-    dequantize_int8_thread,
-    dequantize_int15_thread,
 )
-
-@always_inline
-def _gid_x() -> Int:
-    return Int(block_idx.x) * Int(block_dim.x) + Int(thread_idx.x)
-
-
-@always_inline
-def _gid_y() -> Int:
-    return Int(block_idx.y) * Int(block_dim.y) + Int(thread_idx.y)
-
-
-@always_inline
-def _stride_x() -> Int:
-    return Int(grid_dim.x) * Int(block_dim.x)
 
 
 # ------------------------------------------------------------------ fp32.v1
@@ -65,8 +43,8 @@ def f32_leaves_kernel[adt: DType, bdt: DType](
     leaf: Int32,
 ):
     """Thread (j = x, i = y, leaf = block z): parts[leaf][i][j]."""
-    var j = _gid_x()
-    var i = _gid_y()
+    var j = gid_x()
+    var i = gid_y()
     if i >= Int(m) or j >= Int(n):
         return
     leaves_thread[adt, bdt](
@@ -97,8 +75,8 @@ def f32_leaves_tiled_kernel[adt: DType, bdt: DType](
 
 def f32_tree_kernel(parts: F32Ptr, c: F32Ptr, m: Int32, n: Int32, nleaves: Int32):
     """Thread (j = x, i = y): c[i][j] from parts[.][i][j]."""
-    var j = _gid_x()
-    var i = _gid_y()
+    var j = gid_x()
+    var i = gid_y()
     if i >= Int(m) or j >= Int(n):
         return
     tree_thread(parts, c, Int(m), Int(n), Int(nleaves), i, j)
@@ -109,8 +87,8 @@ def int8_gemm_kernel(
     a: I8Ptr, ea: I32Ptr, b: I8Ptr, eb: I32Ptr, c: F32Ptr, m: Int32, n: Int32, k: Int32
 ):
     """Thread (j = x, i = y): c[i][j] of a @ b.T, a (m, k) and b (n, k) int8 codes."""
-    var j = _gid_x()
-    var i = _gid_y()
+    var j = gid_x()
+    var i = gid_y()
     if i >= Int(m) or j >= Int(n):
         return
     int8_thread(a, ea, b, eb, c, Int(n), Int(k), i, j)
@@ -121,63 +99,8 @@ def int15_gemm_kernel(
     m: Int32, n: Int32, k: Int32,
 ):
     """Thread (j = x, i = y): c[i][j] of a @ b.T on the codes hi*128 + lo."""
-    var j = _gid_x()
-    var i = _gid_y()
+    var j = gid_x()
+    var i = gid_y()
     if i >= Int(m) or j >= Int(n):
         return
     int15_thread(ahi, alo, ea, bhi, blo, eb, c, Int(n), Int(k), i, j)
-
-
-# ------------------------------------------------------------------ converters
-def to_bf16_kernel(src: U32Ptr, dst: U16Ptr, n: Int64):
-    var i = _gid_x()
-    while i < Int(n):
-        to_bf16_thread(src, dst, i)
-        i += _stride_x()
-
-
-def from_bf16_kernel(src: U16Ptr, dst: U32Ptr, n: Int64):
-    var i = _gid_x()
-    while i < Int(n):
-        from_bf16_thread(src, dst, i)
-        i += _stride_x()
-
-
-def row_exponent_kernel(src: U32Ptr, exps: I32Ptr, m: Int32, k: Int32, shift: Int32):
-    """exps[r] of each row r of the (m, k) float32 bits (shift 6 int8, 13 int15)."""
-    var r = _gid_x()
-    while r < Int(m):
-        row_exponent_thread(src, exps, Int(k), Int(shift), r)
-        r += _stride_x()
-
-
-def quantize_int8_kernel(src: U32Ptr, exps: I32Ptr, codes: I8Ptr, m: Int32, k: Int32):
-    var i = _gid_x()
-    var total = Int(m) * Int(k)
-    while i < total:
-        quantize_int8_thread(src, exps, codes, Int(k), i)
-        i += _stride_x()
-
-
-def quantize_int15_kernel(src: U32Ptr, exps: I32Ptr, hi: I8Ptr, lo: I8Ptr, m: Int32, k: Int32):
-    var i = _gid_x()
-    var total = Int(m) * Int(k)
-    while i < total:
-        quantize_int15_thread(src, exps, hi, lo, Int(k), i)
-        i += _stride_x()
-
-
-def dequantize_int8_kernel(codes: I8Ptr, exps: I32Ptr, dst: F32Ptr, m: Int32, k: Int32):
-    var i = _gid_x()
-    var total = Int(m) * Int(k)
-    while i < total:
-        dequantize_int8_thread(codes, exps, dst, Int(k), i)
-        i += _stride_x()
-
-
-def dequantize_int15_kernel(hi: I8Ptr, lo: I8Ptr, exps: I32Ptr, dst: F32Ptr, m: Int32, k: Int32):
-    var i = _gid_x()
-    var total = Int(m) * Int(k)
-    while i < total:
-        dequantize_int15_thread(hi, lo, exps, dst, Int(k), i)
-        i += _stride_x()

@@ -1,0 +1,103 @@
+"""Row quantization to int8 / int15 codes and the power-of-two epilogue
+(contract rules L-3, L-4, L-5, L-6, W-1, W-2, W-3 in
+contracts/gemm/IDENTICAL_LOWBIT_CONTRACT.md).
+
+Width-generic: the converters call it at SIMD width, the GPU thread bodies and the
+attention's int15 cell at width 1. The absmax and the exponent are taken on the
+bit patterns, so the floating-point state cannot change them.
+"""
+from std.math import clamp
+from std.sys import simd_width_of
+from std.memory import bitcast
+from std.sys import llvm_intrinsic
+from common.ptr import U32Ptr
+from arith.fp import daz_bits, is_nan_bits, _ftz, pow2f, MAG_BITS, INF_BITS, F32MIN_BITS
+
+comptime INT8_SHIFT = 6
+comptime INT15_SHIFT = 13
+comptime INT8_CMAX = 127
+comptime INT15_CMAX = 16383
+
+
+@always_inline
+def absmax_step[w: Int](best: SIMD[DType.uint32, w], b: SIMD[DType.uint32, w]) -> SIMD[DType.uint32, w]:
+    """One element of the row absmax, on the bits: |x| of a normal or inf counts;
+    NaN and (DAZ'd) subnormals and zeros do not. Order-free (a max)."""
+    var m = b & MAG_BITS
+    var keep = m.le(INF_BITS) & m.ge(F32MIN_BITS)
+    return max(best, keep.select(m, SIMD[DType.uint32, w](0)))
+
+
+@always_inline
+def exponent_of(absmax_bits: UInt32, shift: Int) -> Int:
+    """Rule: L-3, W-1
+    e = unbiased_exponent(absmax) - S (S = 6 int8, 13 int15), 0 for a row with no
+    counted value (zeros, NaNs, subnormals); an inf gives 255 - 127 - S."""
+    if absmax_bits == 0:
+        return 0
+    return Int(absmax_bits >> 23) - 127 - shift
+
+
+def row_exponent(src: U32Ptr, k: Int, shift: Int) -> Int:
+    """The exponent of one contiguous row of k float32 values (as bits)."""
+    comptime W = simd_width_of[DType.uint32]()
+    var best = SIMD[DType.uint32, W](0)
+    var i = 0
+    while i + W <= k:
+        best = absmax_step[W](best, src.unsafe_load[width=W](i))
+        i += W
+    var top = best.reduce_max()
+    while i < k:
+        top = absmax_step[1](SIMD[DType.uint32, 1](top), src.unsafe_load[width=1](i))[0]
+        i += 1
+    return exponent_of(top, shift)
+
+
+def row_exponent_strided(src: U32Ptr, n: Int, stride: Int, shift: Int) -> Int:
+    """The exponent of n values src[t * stride] (one thread, one value at a time)."""
+    var top = SIMD[DType.uint32, 1](0)
+    for t in range(n):
+        top = absmax_step[1](top, src.unsafe_load(t * stride))
+    return exponent_of(top[0], shift)
+
+
+@always_inline
+def quant_scale(e: Int) -> Float32:
+    """pow2f(-e): the factor that brings the row's largest value to [2**S, 2**(S+1))."""
+    return pow2f(-e)
+
+
+@always_inline
+def codes[w: Int, cmax: Int](bits: SIMD[DType.uint32, w], scale: Float32) -> SIMD[DType.int32, w]:
+    """Rule: L-4
+    code = clamp(rne(f32(daz(x) * pow2f(-e))), -C, C), C = 127 (int8) or 16383
+    (int15, rule W-1); ties to even; NaN gives 0. (A subnormal product rounds to a
+    zero code, so the flush of the contract's formula changes no code.)"""
+    var x = bitcast[DType.float32, w](daz_bits[w](bits))
+    var v = x * scale
+    var r = llvm_intrinsic["llvm.roundeven", SIMD[DType.float32, w]](v)
+    var cl = clamp(r, Float32(-cmax), Float32(cmax))
+    return is_nan_bits[w](bitcast[DType.uint32, w](v)).select(SIMD[DType.int32, w](0), cl.cast[DType.int32]())
+
+
+@always_inline
+def split15[w: Int](code: SIMD[DType.int32, w]) -> Tuple[SIMD[DType.int8, w], SIMD[DType.int8, w]]:
+    """Rule: W-2
+    int15 planes: hi = code >> 7 (arithmetic), lo = code & 127, so code = hi*128 + lo."""
+    return ((code >> 7).cast[DType.int8](), (code & 127).cast[DType.int8]())
+
+
+@always_inline
+def join15[w: Int](hi: SIMD[DType.int8, w], lo: SIMD[DType.int8, w]) -> SIMD[DType.int32, w]:
+    """The 15-bit code hi * 128 + lo (W-2 read back)."""
+    return hi.cast[DType.int32]() * 128 + lo.cast[DType.int32]()
+
+
+@always_inline
+def scale_pow2[w: Int](v: SIMD[DType.float32, w], p2: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: L-5, L-6, W-3
+    ftz(f32(S) * pow2f(e)): v is f32(S) (one rounding to nearest even of the exact
+    integer: a code when dequantizing, the exact sum of code products in the integer
+    GEMMs' epilogue with e = ea[i] + eb[j]), p2 is pow2f(e); one float32 multiply
+    (0 * inf is NaN, as the formula says), flushed."""
+    return _ftz[w](v * p2)

@@ -1,0 +1,64 @@
+"""fp32.v1's reduction: the leaf size, the chain step and the tree step
+(contract rules 6.2, 6.3, 6.4 in contracts/gemm/IDENTICAL_FP32_CONTRACT.md).
+
+The CPU micro-kernels run the chain with the hardware's DAZ on (which reads a
+subnormal accumulator as the signed zero the per-step flush would give) and flush
+the value leaving the registers with ftz; the GPU bodies and the reference loops
+call chain_step itself. Both give the bits of chain_step.
+"""
+from std.math import fma
+from arith.fp import _ftz
+
+
+@always_inline
+def leaf_size(k: Int) -> Int:
+    """Rule: 6.2
+    L = max(128, ceil(k / 1024)): a function of k alone, at most 1024 leaves."""
+    return max(128, (k + 1023) // 1024)
+
+
+@always_inline
+def leaf_count(k: Int) -> Int:
+    """The number of fp32.v1 leaves over k (at most 1024)."""
+    var l = leaf_size(k)
+    return (k + l - 1) // l
+
+
+@always_inline
+def chain_step[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], acc: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: 6.3
+    One step of a leaf's chain: acc = ftz(fma(a, b, acc)), from acc = +0, kk ascending."""
+    return _ftz[w](fma(a, b, acc))
+
+
+@always_inline
+def tree_add[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: 6.4
+    One sum of the balanced pairwise tree over the leaf results: ftz(a + b). The
+    tree sums adjacent pairs, carries an odd last element, and repeats; the
+    streaming form (trailing_ones) merges leaf p with the levels given by the
+    trailing one-bits of p, and after the last leaf folds the waiting levels from
+    the lowest up (7 leaves: (p01 + p23) + (p45 + p6))."""
+    return _ftz[w](a + b)
+
+
+@always_inline
+def trailing_ones(x: Int) -> Int:
+    """How many levels of the streaming tree leaf x merges before it waits."""
+    var n = 0
+    var v = x
+    while v & 1:
+        n += 1
+        v >>= 1
+    return n
+
+
+@always_inline
+def bit_length(x: Int) -> Int:
+    """Levels of the streaming tree over x leaves."""
+    var n = 0
+    var v = x
+    while v > 0:
+        n += 1
+        v >>= 1
+    return n

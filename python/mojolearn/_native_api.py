@@ -1,0 +1,142 @@
+"""The declared interface of the native modules: every entry, its arguments named once.
+
+WHAT IT IS
+    Each native module (the CPU builds `_native_amx`, `_native_v4`, `_native_v3`, and
+    the GPU build `_native_gpu`) registers entries that take ONE tuple of plain
+    Python ints (addresses, sizes, flags) that the Python layer has validated. This
+    table names each entry's tuple items, in order; the `.pyi` stubs beside the
+    modules are rendered from it (`python -m mojolearn._native_api --write-stubs`),
+    and tests/test_native_api.py checks that every CPU build and the GPU module's
+    source register exactly the entries declared here, that the Mojo docstrings give
+    the same number of arguments, and that the stubs are not stale.
+
+WHERE
+    "both"  the CPU builds and the GPU module (the same tuple on both: the calls do
+            not know which backend serves them)
+    "cpu"   the CPU builds only (the model ops, test support: MXCSR, the block
+            table, the CPU run of the GPU bodies as gpu_ref_*)
+    "gpu"   the GPU module only
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_GEMM_TAIL = ("tasks", "sabotage", "ws_addr", "ws_bytes")
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    args: tuple
+    where: str  # "both", "cpu" or "gpu"
+    returns: str = "None"
+    doc: str = ""
+
+
+ENTRIES = (
+    # converters (contract L-1 .. L-6, W-1 .. W-3)
+    Entry("to_bf16", ("src_f32", "dst_u16", "n", "tasks"), "both", doc="L-2 narrow"),
+    Entry("from_bf16", ("src_u16", "dst_f32", "n", "tasks"), "both", doc="L-1 widen"),
+    Entry("quantize_int8", ("src_f32", "codes_i8", "exps_i32", "m", "k", "tasks"), "both"),
+    Entry("quantize_int15", ("src_f32", "hi_i8", "lo_i8", "exps_i32", "m", "k", "tasks"), "both"),
+    Entry("dequantize_int8", ("codes_i8", "exps_i32", "dst_f32", "m", "k", "tasks"), "both"),
+    Entry("dequantize_int15", ("hi_i8", "lo_i8", "exps_i32", "dst_f32", "m", "k", "tasks"), "both"),
+    # GEMMs: return the workspace bytes the call needed (0 on the GPU)
+    Entry("gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16", "b_bf16")
+          + _GEMM_TAIL, "both", "int", "fp32.v1 / bf16f32.v1"),
+    Entry("gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k")
+          + _GEMM_TAIL, "both", "int", "int8i32.v1"),
+    Entry("gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k")
+          + _GEMM_TAIL, "both", "int", "int15i64.v1"),
+    Entry("strided_copy", ("src", "dst", "itemsize", "ndim", "shape", "byte_strides"), "both"),
+    Entry("mxcsr", (), "both", "int", "the calling thread's MXCSR"),
+    # CPU builds only
+    Entry("mxcsr_set", ("value",), "cpu", "int", "tests only: set MXCSR, return the old value"),
+    Entry("isa", (), "cpu", "str", "the instruction sets of this build"),
+    Entry("blocking", (), "cpu", "str", "the block-size table, 'NAME=value;...'"),
+    Entry("nn_gather", ("table_f32", "ids_i64", "out_f32", "rows", "d", "tasks"), "cpu"),
+    Entry("nn_rmsnorm", ("x", "ldx", "w", "out", "ldo", "rows", "d", "eps_bits", "tasks"), "cpu"),
+    Entry("nn_rope_table", ("cos_f32", "sin_f32", "positions", "head_dim", "theta_bits", "tasks"), "cpu"),
+    Entry("nn_rope", ("src", "lds", "dst", "ldd", "dst_head_stride", "n_heads", "head_dim", "cos",
+                      "sin", "pos0", "length", "rows", "transposed", "tmax", "tasks"), "cpu"),
+    Entry("nn_silu_mul", ("g", "u", "ld_in", "out", "ld_out", "n", "rows", "tasks"), "cpu"),
+    Entry("nn_add", ("x", "ldx", "y", "ldy", "out", "ldo", "n", "rows", "tasks"), "cpu"),
+    Entry("nn_attention", ("q", "ldq", "kt", "v", "out", "batch", "length", "n_heads", "n_kv",
+                           "head_dim", "pos0", "tmax", "fixed15", "tasks"), "cpu"),
+    Entry("nn_elementwise", ("op", "src", "dst", "n"), "cpu"),
+    Entry("nn_attn_scale", ("head_dim",), "cpu", "int"),
+    Entry("nn_softmax", ("x", "out", "rows", "n", "log", "tasks"), "cpu"),
+    Entry("nn_mean", ("x", "out", "rows", "n", "tasks"), "cpu"),
+    # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
+    Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
+                               "b_bf16"), "cpu"),
+    Entry("gpu_ref_gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "cpu"),
+    Entry("gpu_ref_gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
+                                 "k"), "cpu"),
+    Entry("gpu_ref_to_bf16", ("src_f32", "dst_u16", "n"), "cpu"),
+    Entry("gpu_ref_from_bf16", ("src_u16", "dst_f32", "n"), "cpu"),
+    Entry("gpu_ref_quantize_int8", ("src_f32", "codes_i8", "exps_i32", "m", "k"), "cpu"),
+    Entry("gpu_ref_quantize_int15", ("src_f32", "hi_i8", "lo_i8", "exps_i32", "m", "k"), "cpu"),
+    Entry("gpu_ref_dequantize_int8", ("codes_i8", "exps_i32", "dst_f32", "m", "k"), "cpu"),
+    Entry("gpu_ref_dequantize_int15", ("hi_i8", "lo_i8", "exps_i32", "dst_f32", "m", "k"), "cpu"),
+    Entry("gpu_ref_nn_rmsnorm", ("x", "w", "out", "rows", "d", "eps_bits"), "cpu"),
+    Entry("gpu_ref_nn_silu_mul", ("g", "u", "ld_in", "out", "ld_out", "rows", "n"), "cpu"),
+    Entry("gpu_ref_nn_add", ("x", "ldx", "y", "ldy", "out", "ldo", "rows", "n"), "cpu"),
+    Entry("gpu_ref_nn_rope_table", ("cos", "sin", "npos", "head_dim", "theta_bits"), "cpu"),
+    Entry("gpu_ref_nn_rope", ("src", "lds", "dst", "ldd", "dhs", "n_heads", "head_dim", "cos",
+                              "sin", "pos0", "length", "rows", "transposed", "tmax"), "cpu"),
+    Entry("gpu_ref_nn_attention", ("q", "ldq", "kt", "v", "out", "ws", "batch", "length",
+                                   "n_heads", "n_kv", "head_dim", "pos0", "tmax", "fixed15"), "cpu"),
+    # GPU module only
+    Entry("device_info", (), "gpu", "tuple", "(api, device name)"),
+)
+
+BY_NAME = {e.name: e for e in ENTRIES}
+LIST_ARGS = {"shape": "list[int]", "byte_strides": "list[int]"}  # every other item is an int
+CPU_MODULES = ("_native_amx", "_native_v4", "_native_v3")
+GPU_MODULE = "_native_gpu"
+
+
+def entries(kind: str) -> tuple:
+    """The entries a module of this kind ('cpu' or 'gpu') registers."""
+    return tuple(e for e in ENTRIES if e.where in ("both", kind))
+
+
+def render_stub(kind: str) -> str:
+    """The .pyi text of a native module of this kind, rendered from the table."""
+    lines = [
+        f'"""Type stub of a mojolearn native module ({kind}); rendered from',
+        'mojolearn/_native_api.py by `python -m mojolearn._native_api --write-stubs`."""',
+        "",
+    ]
+    for e in entries(kind):
+        types = [LIST_ARGS.get(a, "int") for a in e.args]
+        items = ", ".join(f"{a}: {t}" for a, t in zip(e.args, types))
+        tup = f"tuple[{', '.join(types)}]" if e.args else "tuple[()]"
+        ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]"}[e.returns]
+        note = f"  # ({items})" if items else ""
+        lines.append(f"def {e.name}(args: {tup}, /) -> {ret}: ...{note}")
+    return "\n".join(lines) + "\n"
+
+
+def stub_paths() -> dict:
+    here = Path(__file__).resolve().parent
+    out = {here / f"{m}.pyi": "cpu" for m in CPU_MODULES}
+    out[here / f"{GPU_MODULE}.pyi"] = "gpu"
+    return out
+
+
+def main(argv) -> int:
+    if argv != ["--write-stubs"]:
+        print("usage: python -m mojolearn._native_api --write-stubs", file=sys.stderr)
+        return 2
+    for path, kind in stub_paths().items():
+        path.write_text(render_stub(kind))
+        print(f"wrote {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

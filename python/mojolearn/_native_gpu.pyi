@@ -1,0 +1,15 @@
+"""Type stub of a mojolearn native module (gpu); rendered from
+mojolearn/_native_api.py by `python -m mojolearn._native_api --write-stubs`."""
+
+def to_bf16(args: tuple[int, int, int, int], /) -> None: ...  # (src_f32: int, dst_u16: int, n: int, tasks: int)
+def from_bf16(args: tuple[int, int, int, int], /) -> None: ...  # (src_u16: int, dst_f32: int, n: int, tasks: int)
+def quantize_int8(args: tuple[int, int, int, int, int, int], /) -> None: ...  # (src_f32: int, codes_i8: int, exps_i32: int, m: int, k: int, tasks: int)
+def quantize_int15(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (src_f32: int, hi_i8: int, lo_i8: int, exps_i32: int, m: int, k: int, tasks: int)
+def dequantize_int8(args: tuple[int, int, int, int, int, int], /) -> None: ...  # (codes_i8: int, exps_i32: int, dst_f32: int, m: int, k: int, tasks: int)
+def dequantize_int15(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (hi_i8: int, lo_i8: int, exps_i32: int, dst_f32: int, m: int, k: int, tasks: int)
+def gemm_f32(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a: int, b: int, c: int, m: int, n: int, k: int, trans_a: int, trans_b: int, a_bf16: int, b_bf16: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
+def gemm_int8(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_codes: int, a_exps: int, b_codes: int, b_exps: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
+def gemm_int15(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_hi: int, a_lo: int, a_exps: int, b_hi: int, b_lo: int, b_exps: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
+def strided_copy(args: tuple[int, int, int, int, list[int], list[int]], /) -> None: ...  # (src: int, dst: int, itemsize: int, ndim: int, shape: list[int], byte_strides: list[int])
+def mxcsr(args: tuple[()], /) -> int: ...
+def device_info(args: tuple[()], /) -> tuple[str, str]: ...
