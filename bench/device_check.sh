@@ -5,6 +5,9 @@
 #   bench/device_check.sh              on a GPU machine (NVIDIA or AMD)
 #   bench/device_check.sh --cpu-half   the CPU-side steps only (any machine; a test runs it)
 #   bench/device_check.sh --arch sm_90 force the accelerator architecture
+#   bench/device_check.sh --prebuilt DIR  a GPU machine without Mojo: the CPU and GPU
+#                                      extensions (and the Mojo runtime libraries) were
+#                                      built elsewhere into DIR; steps 2-3 copy them
 #
 # Steps (GPU = skipped with --cpu-half):
 #   1 GPU   detect the GPU (nvidia-smi / rocm-smi / rocminfo) and its architecture
@@ -28,10 +31,12 @@ MOJO=${MOJO:-$ROOT/.venv/bin/mojo}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
 CPU_HALF=0
 ARCH=""
+PREBUILT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpu-half) CPU_HALF=1 ;;
         --arch) ARCH="$2"; shift ;;
+        --prebuilt) PREBUILT="$2"; shift ;;
         -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "device_check: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -74,7 +79,10 @@ fi
 
 # ---------------------------------------------------------------- 2 CPU extension
 step "2 CPU extension"
-if [ "$CPU_HALF" = 1 ] && [ -f python/mojolearn/_native_v3.so ]; then
+if [ -n "$PREBUILT" ]; then
+    cp "$PREBUILT"/*.so python/mojolearn/
+    echo "--prebuilt: copied $(ls "$PREBUILT" | tr '\n' ' ')"
+elif [ "$CPU_HALF" = 1 ] && [ -f python/mojolearn/_native_v3.so ]; then
     echo "--cpu-half: using the existing CPU builds python/mojolearn/_native_*.so (make build refreshes them)"
 else
     "$PY" build_native.py
@@ -84,8 +92,13 @@ fi
 step "3 build the GPU extension for $ARCH"
 if [ "$CPU_HALF" = 0 ]; then GPU_OUT="$ROOT/python/mojolearn"; else GPU_OUT="$WORK"; fi
 B0=$(date +%s)
+if [ -n "$PREBUILT" ]; then
+    [ -f "$GPU_OUT/_native_gpu.so" ] || { echo "device_check: --prebuilt has no _native_gpu.so" >&2; exit 1; }
+    echo "--prebuilt: using the GPU extension built elsewhere for $ARCH"
+else
 "$MOJO" build mojo/_native_gpu.mojo -I mojo --emit shared-lib --target-accelerator "$ARCH" \
     -o "$GPU_OUT/_native_gpu.so" -Xlinker '-rpath=$ORIGIN' 2>&1 | { grep -v Crashpad || true; }
+fi
 [ -f "$GPU_OUT/_native_gpu.so" ] || { echo "device_check: GPU build failed" >&2; exit 1; }
 for lib in "$ROOT"/python/mojolearn/lib*.so; do
     [ -e "$GPU_OUT/$(basename "$lib")" ] || cp "$lib" "$GPU_OUT/"
@@ -132,8 +145,11 @@ step "6 GPU vs CPU bits on fresh random cases"
 "$PY" - <<'EOF'
 import os, sys, time
 import numpy as np
-from mojolearn import _native as cpu
+from mojolearn._native_loader import cpu_native
 from mojolearn import _native_gpu as gpu
+
+cpu = cpu_native()
+print("CPU build:", cpu.__name__)
 
 seed = int(os.environ.get("DEVICE_CHECK_SEED", time.time_ns() % 2**32))
 rng = np.random.default_rng(seed)

@@ -10,7 +10,7 @@ import struct
 
 import numpy as np
 
-from .._native_loader import native
+from .._native_loader import cpu_native as native  # the models run on the CPU in this version
 from .._threads import get_num_threads
 from .. import _gemm
 
