@@ -142,6 +142,25 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
             # ---- P.V: one serial fma chain per output element, vectorized across it
             var orow = ob.unsafe_offset((b * a.length + i) * a.n_heads * hd + h * hd)
             var c = 0
+            # four column blocks at once: four independent chains in flight, each
+            # output element still one chain over the keys in ascending order
+            while c + 4 * W <= hd:
+                var acc0 = FW(0)
+                var acc1 = FW(0)
+                var acc2 = FW(0)
+                var acc3 = FW(0)
+                for j in range(n_eff):
+                    var wv = FW(s.unsafe_load(j))
+                    var vrow = vc.unsafe_offset(j * hd + c)
+                    acc0 = fma(wv, vrow.unsafe_load[width=W](0), acc0)
+                    acc1 = fma(wv, vrow.unsafe_load[width=W](W), acc1)
+                    acc2 = fma(wv, vrow.unsafe_load[width=W](2 * W), acc2)
+                    acc3 = fma(wv, vrow.unsafe_load[width=W](3 * W), acc3)
+                orow.unsafe_store(c, ftz(acc0))
+                orow.unsafe_store(c + W, ftz(acc1))
+                orow.unsafe_store(c + 2 * W, ftz(acc2))
+                orow.unsafe_store(c + 3 * W, ftz(acc3))
+                c += 4 * W
             while c + W <= hd:
                 var acc = FW(0)
                 for j in range(n_eff):
