@@ -58,6 +58,7 @@ def run_models(B, threads, quick, torch):
     from fetch_model import fetch
     from hf_export import export_hf
     from mojolearn.models import CausalLM
+    from mojolearn.models.loader import expected_shapes
 
     if os.environ.get("MOJOLEARN_BENCH_NO_MODELS"):
         print("MOJOLEARN_BENCH_NO_MODELS is set: whole-model rows skipped")
@@ -70,7 +71,7 @@ def run_models(B, threads, quick, torch):
     model_dir = export_hf(gguf_path, os.path.join(os.path.dirname(gguf_path), "smollm2-135m-hf"))
     f32 = CausalLM.load(model_dir, numeric_profile="fp32_v1")
     f15 = CausalLM.load(model_dir, numeric_profile="fixed15_v1")
-    f32_bytes = sum(np.dtype(np.float32).itemsize * int(np.prod(s)) for s in _shapes(f32))
+    f32_bytes = sum(4 * int(np.prod(s)) for s in expected_shapes(f32.config).values())
     n = 64 if quick else 512
     ids = (np.arange(n, dtype=np.int64)[None, :] * 7919) % f32.config.vocab_size
     cont = {"mojolearn": lambda: f32.forward(ids), "fixed15_v1": lambda: f15.forward(ids)}
@@ -135,13 +136,3 @@ def run_models(B, threads, quick, torch):
             row["memory"] = mem
     return over
 
-
-def _shapes(lm):
-    c = lm.config
-    d, hd, ff = c.hidden_size, c.head_dim, c.intermediate_size
-    nq, nk = c.num_attention_heads * hd, c.num_key_value_heads * hd
-    per = [(nq + 2 * nk, d), (d, nq), (2 * ff, d), (d, ff), (d,), (d,)]
-    out = [(c.vocab_size, d), (d,)] + per * c.num_hidden_layers
-    if not c.tie_word_embeddings:
-        out.append((c.vocab_size, d))
-    return out

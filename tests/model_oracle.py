@@ -279,9 +279,8 @@ def forward(weights, cfg, ids, profile="fp32_v1", weight_format="float32"):
         dn = proj(silu_mul(gg, uu), W[p + "mlp.down_proj.weight"], profile)
         x = add(x, dn)
     h = rmsnorm(x, W["model.norm.weight"], eps)
-    head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-    if cfg.get("tie_word_embeddings", False) and "lm_head.weight" not in weights:
-        head = W["model.embed_tokens.weight"]
+    tied = cfg.get("tie_word_embeddings", False)
+    head = W["model.embed_tokens.weight"] if tied else W["lm_head.weight"]
     logits = proj(h, head, profile)
     return logits.reshape(B, L, -1)
 

@@ -146,7 +146,9 @@ ELEMENTWISE = {"expf": 0, "logf": 1, "sin": 2, "cos": 3, "sqrt": 4}
 
 def elementwise(op: str, x):
     """The arithmetic layer's function `op` over a float32 array (for the tests)."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    if np.asarray(x).dtype != np.float32:
+        raise TypeError(f"mojolearn: elementwise: x must be float32, got {np.asarray(x).dtype}")
+    x = np.ascontiguousarray(x)
     out = np.empty_like(x)
     native().nn_elementwise((ELEMENTWISE[op], _a(x), _a(out), x.size))
     return out

@@ -169,8 +169,7 @@ class TransformerBlock:
             raise ValueError(f"mojolearn: TransformerBlock: head_dim {head_dim} must be even and "
                              f"n_heads {n_heads} a multiple of n_kv_heads {n_kv_heads}")
         self.d, self.n_heads, self.n_kv_heads, self.head_dim = d, n_heads, n_kv_heads, head_dim
-        self.max_positions = check_max_positions(max_positions, max_positions or 2048)
-        from .loader import check_weights  # noqa: F401  (shapes checked below)
+        self.max_positions = check_max_positions(max_positions, 2048)
         nq, nk = n_heads * head_dim, n_kv_heads * head_dim
 
         def get(name):

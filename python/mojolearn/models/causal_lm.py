@@ -150,20 +150,17 @@ class CausalLM:
 
     def _run(self, ids, state, last_only):
         B, L = ids.shape
+        if B == 0 or L == 0:
+            raise ValueError(f"mojolearn: ids of shape {ids.shape} hold no token; pass at "
+                             f"least one sequence of at least one token")
         if state is None:
             if L > self.max_positions:
                 raise ValueError(f"mojolearn: {L} tokens are past max_positions "
                                  f"{self.max_positions}")
-            if B == 0 or L == 0:
-                raise ValueError(f"mojolearn: ids of shape {ids.shape} hold no token; pass at "
-                                 f"least one sequence of at least one token")
             state = self.allocate_state(B, L)
         else:
             self._check_state(state, B, L)
         vocab = self.config.vocab_size
-        if B == 0 or L == 0:
-            raise ValueError(f"mojolearn: ids of shape {ids.shape} hold no token; pass at "
-                             f"least one sequence of at least one token")
         pos0 = state.length
         d = self.config.hidden_size
         x = K.gather(self.embed, ids.reshape(-1), np.empty((B * L, d), dtype=np.float32))
