@@ -21,6 +21,8 @@
 #   5       conformance on the CPU build (MOJOLEARN_DEVICE=cpu); GPU: also on the GPU build
 #           (MOJOLEARN_DEVICE=gpu; the run must name mojolearn._native_gpu)
 #   6 GPU   GPU vs CPU bits on fresh random cases (new seed each run, printed)
+#   6b GPU  device-resident operands: tests/test_gpu_resident.py (torch CUDA tensors
+#           in and out, the torch mode on CUDA) and their timing against torch.mm (fp32)
 #   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed
 # Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 240).
 set -euo pipefail
@@ -272,6 +274,50 @@ print(f"{len(rows) - bad} of {len(rows)} cases give the CPU's bits")
 sys.exit(1 if bad else 0)
 EOF
 
+# ---------------------------------------------------------------- 6b device-resident operands
+step "6b device-resident operands (torch tensors on the GPU): tests and timing"
+RES_FAIL=0
+"$PY" -m pytest -q -p no:cacheprovider tests/test_gpu_resident.py || RES_FAIL=1
+RES_JSON="$WORK/resident-gpu-$ARCH.json" "$PY" - <<'EOF' || RES_FAIL=1
+import json, os, statistics, time
+import numpy as np
+import torch
+from mojolearn import linalg
+
+torch.backends.cuda.matmul.allow_tf32 = False   # torch's fp32 GEMM, not TF32
+rows = []
+
+
+def med(fn, reps=5):
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+for n in (1024, 4096):
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    t_ml = med(lambda: linalg.matmul(a, b))
+    t_th = med(lambda: torch.mm(a, b))
+    ah, bh = a.cpu().numpy(), b.cpu().numpy()
+    t_host = med(lambda: linalg.matmul(ah, bh), reps=3)
+    r = {"case": f"fp32.v1 NN {n}^3", "mojolearn_resident_s": t_ml,
+         "torch_mm_fp32_s": t_th, "mojolearn_host_operands_s": t_host,
+         "resident_vs_torch": t_th / t_ml, "resident_gflops": 2 * n ** 3 / t_ml / 1e9}
+    rows.append(r)
+    print(f"  {r['case']:<18} resident {t_ml*1e3:8.2f} ms ({r['resident_gflops']:7.0f} GFLOP/s)"
+          f"  torch.mm fp32 {t_th*1e3:8.2f} ms  ratio {r['resident_vs_torch']:.3f}x"
+          f"  host operands {t_host*1e3:8.2f} ms")
+json.dump({"device": torch.cuda.get_device_name(0), "rows": rows},
+          open(os.environ["RES_JSON"], "w"), indent=1)
+EOF
+
 # ---------------------------------------------------------------- 7 bench
 step "7 bench/run.py on the GPU build (timeout ${BENCH_TIMEOUT}s)"
 set +e
@@ -286,7 +332,11 @@ elif [ $RC != 0 ]; then
     exit $RC
 fi
 mkdir -p "${DEVICE_CHECK_OUT:-$ROOT/bench/results}"
-cp "$WORK"/bench-gpu-*.json "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
+cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
 
+if [ "$RES_FAIL" != 0 ]; then
+    echo "device_check: step 6b (device-resident operands) FAILED; see above" >&2
+    exit 1
+fi
 echo
 echo "device_check: all steps ok on $ARCH ($(( $(date +%s) - T0 ))s)"

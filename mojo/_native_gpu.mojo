@@ -34,6 +34,7 @@ from common.ptr import ptr_u8, ptr_u32
 from common.fpstate import read_mxcsr
 import gemm.gpu.launch as G
 import convert.gpu.launch as C
+import transformer.gpu.launch as T
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -281,6 +282,59 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
     return PythonObject(0)
 
 
+# ---------------------------------------------------------------- device-resident operands
+def gemm_f32_resident(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, sabotage), every
+    address in this device's memory (DLPack device tensors, checked by the Python
+    layer): gemm_f32 with no copy either way; returns when C is written."""
+    var a = _arg(args, 0)
+    var b = _arg(args, 1)
+    var cc = _arg(args, 2)
+    var m = _arg(args, 3)
+    var n = _arg(args, 4)
+    var k = _arg(args, 5)
+    var ta = _arg(args, 6) != 0
+    var tb = _arg(args, 7) != 0
+    var abf = _arg(args, 8) != 0
+    var bbf = _arg(args, 9) != 0
+    var sabotage = _arg(args, 10) != 0
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        G.gemm_f32_resident(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf, sabotage)
+    except e:
+        err = String(_fail("gemm_f32_resident", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(0)
+
+
+def nn_add_resident(args: PythonObject) raises -> PythonObject:
+    """Arguments: (x, ldx, y, ldy, out, ldo, n, rows), addresses in this device's
+    memory: out = ftz(x + y) row by row (ldy 0: one row y added to every row)."""
+    var x = _arg(args, 0)
+    var ldx = _arg(args, 1)
+    var y = _arg(args, 2)
+    var ldy = _arg(args, 3)
+    var o = _arg(args, 4)
+    var ldo = _arg(args, 5)
+    var n = _arg(args, 6)
+    var rows = _arg(args, 7)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        T.add_resident(_context(), x, ldx, y, ldy, o, ldo, n, rows)
+    except e:
+        err = String(_fail("nn_add_resident", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
 # ---------------------------------------------------------------- host helpers
 def strided_copy(args: PythonObject) raises -> PythonObject:
     """(src, dst, itemsize, ndim, shape list, byte strides list): gather a strided
@@ -334,6 +388,8 @@ def PyInit__native_gpu() abi("C") -> PythonObject:
         m.def_function[gemm_f32]("gemm_f32")
         m.def_function[gemm_int8]("gemm_int8")
         m.def_function[gemm_int15]("gemm_int15")
+        m.def_function[gemm_f32_resident]("gemm_f32_resident")
+        m.def_function[nn_add_resident]("nn_add_resident")
         m.def_function[strided_copy]("strided_copy")
         m.def_function[mxcsr]("mxcsr")
         return m.finalize()

@@ -61,9 +61,9 @@ _TYPESTR_KIND = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "compl
 class Buf:
     """A read view of a caller's memory (see module docstring)."""
 
-    __slots__ = ("addr", "dtype", "shape", "strides", "readonly", "keep", "pinned")
+    __slots__ = ("addr", "dtype", "shape", "strides", "readonly", "keep", "pinned", "device")
 
-    def __init__(self, addr, dtype, shape, strides, readonly, keep, pinned=True):
+    def __init__(self, addr, dtype, shape, strides, readonly, keep, pinned=True, device=None):
         self.addr = addr
         self.dtype = dtype
         self.shape = shape
@@ -74,6 +74,9 @@ class Buf:
         # owner from freeing it while a kernel runs without the GIL, so the kernels
         # read a copy made under the GIL (and never write such memory as out)
         self.pinned = pinned
+        # None for host memory; (DLPack device type, device id) for a device tensor
+        # read with device_ok=True (its address is only valid on that device)
+        self.device = device
 
     @property
     def ndim(self) -> int:
@@ -233,8 +236,10 @@ def _nested_lists(obj, func, arg):
     return out
 
 
-def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
-    """Describe ``obj``'s memory without copying. See module docstring."""
+def read(obj, *, func: str, arg: str, lists: bool = False, device_ok: bool = False) -> Buf:
+    """Describe ``obj``'s memory without copying. See module docstring. A DLPack
+    tensor in device memory is refused by name unless ``device_ok`` (the entries
+    that compute on device-resident operands pass it; see _device.resident)."""
     if isinstance(obj, Buf):  # already read (e.g. a consumed DLPack capsule)
         return obj
     if isinstance(obj, Array):
@@ -261,7 +266,7 @@ def read(obj, *, func: str, arg: str, lists: bool = False) -> Buf:
         addr = _address(mv) if mv.nbytes else 0
         return Buf(addr, dtype, shape, strides, mv.readonly, mv)
     if _is_dlpack(obj):
-        return _read_dlpack(obj, func, arg)
+        return _read_dlpack(obj, func, arg, device_ok)
     ai = getattr(obj, "__array_interface__", None)
     if isinstance(ai, dict):
         typestr = ai["typestr"]
@@ -292,15 +297,17 @@ def _is_dlpack(obj) -> bool:
     return hasattr(type(obj), "__dlpack__") or type(obj).__name__ == "PyCapsule"
 
 
-def _read_dlpack(obj, func, arg) -> Buf:
+def _read_dlpack(obj, func, arg, device_ok=False) -> Buf:
     from . import _dlpack
 
-    return _dlpack.read(obj, func=func, arg=arg)
+    return _dlpack.read(obj, func=func, arg=arg, device_ok=device_ok)
 
 
 def to_array(obj, *, func: str, arg: str, lists: bool = False) -> Array:
     """A C-contiguous mojolearn.Array copy of ``obj`` with the same dtype and shape."""
     b = read(obj, func=func, arg=arg, lists=lists)
+    if b.device is not None:  # pragma: no cover - read() refuses device memory here
+        raise ValueError(f"mojolearn: {func}: {arg} is in device memory; it is never copied")
     if isinstance(b.keep, Array) and lists and isinstance(obj, (list, tuple)):
         return b.keep
     if b.dtype not in DTYPES:

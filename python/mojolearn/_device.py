@@ -10,6 +10,18 @@ DEVICE SELECTION
       gpu   the GPU build or an error that says why (no GPU build installed, no
             driver, no device). Never a silent CPU fallback.
 
+DEVICE-RESIDENT OPERANDS
+    ``resident(func, named)`` is where a call whose operands are DLPack tensors in
+    device memory (CUDA / ROCm) gets its backend: the GPU build, when it serves this
+    process (``MOJOLEARN_DEVICE`` auto or gpu), drives that vendor's device, and every
+    operand lies on that one device (id 0, the device the build opens). Anything
+    else is refused by name: mojolearn never copies device memory to the host (or
+    back) on its own. Before it returns, all work already queued on the device (by
+    torch, CuPy, ...) is waited for (``cuCtxSynchronize`` / ``hipDeviceSynchronize``,
+    called through ctypes), because the producer's stream is not ours; the
+    kernels then run and are waited for before the call returns. Host operands
+    never reach this function: ``backend_module()`` decides for them.
+
 VENDOR
     ``vendor()`` names the backend in use: "cpu", or "cuda" / "hip" / "metal" on a
     GPU build. ``mojolearn.profiles`` asks it when deciding on speed warnings.
@@ -21,7 +33,7 @@ import importlib
 import os
 import warnings
 
-__all__ = ["vendor", "get_device", "set_device", "DEVICES", "ENV", "gpu_status"]
+__all__ = ["vendor", "get_device", "set_device", "DEVICES", "ENV", "gpu_status", "resident"]
 
 ENV = "MOJOLEARN_DEVICE"
 DEVICES = ("auto", "cpu", "gpu")
@@ -96,6 +108,86 @@ def backend_module():
         _warned = True
         warnings.warn(f"mojolearn: computing on the CPU: {why}", RuntimeWarning, stacklevel=3)
     return None
+
+
+_DL_TYPE = {"cuda": 2, "hip": 10}  # the DLPack device type each GPU API computes on
+_DL_NAME = {2: "cuda", 10: "rocm"}
+_SYNC_LIBS = {"cuda": (("libcuda.so.1", "libcuda.so"), "cuCtxSynchronize", (0, 201)),
+              "hip": (("libamdhip64.so", "libamdhip64.so.6"), "hipDeviceSynchronize", (0,))}
+_sync_fn = {}
+
+
+def _wait_for_device(api: str, func: str) -> None:
+    """Wait for every operation already queued on the device by other libraries."""
+    fn = _sync_fn.get(api)
+    if fn is None:
+        import ctypes
+
+        names, sym, _ = _SYNC_LIBS[api]
+        for lib in names:
+            try:
+                fn = getattr(ctypes.CDLL(lib), sym)
+                break
+            except (OSError, AttributeError):
+                continue
+        if fn is None:
+            raise RuntimeError(
+                f"mojolearn: {func}: cannot wait for the {api} device's queued work "
+                f"({sym} not found in {', '.join(names)}); device tensors cannot be read safely"
+            )
+        fn.restype = ctypes.c_int
+        _sync_fn[api] = fn
+    rc = fn()
+    if rc not in _SYNC_LIBS[api][2]:  # 201: no current context, so nothing queued here
+        raise RuntimeError(f"mojolearn: {func}: {_SYNC_LIBS[api][1]} failed with error {rc}")
+
+
+def refusal(dev):
+    """Why no backend of this process computes on DLPack device ``dev`` ((type, id)),
+    or None when the GPU build does (see module docstring)."""
+    where = f"{_DL_NAME.get(dev[0], dev[0])}:{dev[1]}"
+    if get_device() == "cpu":
+        return f"{ENV}=cpu (or set_device('cpu')) sends calls to the CPU build"
+    mod, api, why = gpu_status()
+    if mod is None:
+        return f"no GPU backend of this install computes there ({why})"
+    if _DL_TYPE.get(api) != dev[0]:
+        return f"this install's GPU build drives {api} devices, not {where}"
+    if dev[1] != 0:
+        return ("this version's GPU build computes on device 0 only (make the device "
+                f"visible as 0, e.g. CUDA_VISIBLE_DEVICES={dev[1]})")
+    return None
+
+
+def resident(func: str, named):
+    """The GPU module for a call whose operands ``named`` ((name, Buf.device) pairs,
+    None for host memory) include device memory; refuses by name otherwise (see
+    module docstring). Waits for the device's queued work before returning."""
+    devs = [(n, d) for n, d in named if d is not None]
+    hosts = [n for n, d in named if d is None]
+    first = devs[0][1]
+    where = f"{_DL_NAME.get(first[0], first[0])}:{first[1]}"
+    if hosts:
+        raise ValueError(
+            f"mojolearn: {func}: {devs[0][0]} is on {where} but {', '.join(hosts)} "
+            f"{'is' if len(hosts) == 1 else 'are'} in host memory; mojolearn never copies "
+            "between host and device on its own: put every operand (and out) on one side"
+        )
+    for n, d in devs[1:]:
+        if d != first:
+            raise ValueError(
+                f"mojolearn: {func}: {devs[0][0]} is on {where} but {n} is on "
+                f"{_DL_NAME.get(d[0], d[0])}:{d[1]}; put every operand on one device"
+            )
+    why = refusal(first)
+    if why:
+        raise ValueError(
+            f"mojolearn: {func}: the operands are on {where}; {why}; mojolearn never "
+            "copies device memory silently: move them to the CPU (e.g. torch's x.cpu())"
+        )
+    mod, api, _ = gpu_status()
+    _wait_for_device(api, func)
+    return mod
 
 
 def vendor() -> str:

@@ -124,10 +124,27 @@ def _device_name(dev) -> str:
 
 def _refuse_device(func, arg, dev):
     raise ValueError(
-        f"mojolearn: {func}: {arg} is on device {_device_name(dev)}; this build computes "
-        "on the host CPU only and never copies device memory silently; move it to the "
-        "CPU first (e.g. torch's x.cpu())"
+        f"mojolearn: {func}: {arg} is on device {_device_name(dev)}; {func} reads host "
+        "memory only and mojolearn never copies device memory silently (device tensors "
+        "are computed in place by matmul and matmul_bf16 on a GPU build serving that "
+        "device); move it to the CPU first (e.g. torch's x.cpu())"
     )
+
+
+GPU_DEVICE_TYPES = (2, 10)  # kDLCUDA, kDLROCM: the devices a GPU build can compute on
+
+
+def _refuse_unserved(func, arg, dev):
+    """A device tensor that no backend of this process computes on is refused by name."""
+    from . import _device
+
+    why = _device.refusal((int(dev[0]), int(dev[1])))
+    if why:
+        raise ValueError(
+            f"mojolearn: {func}: {arg} is on device {_device_name(dev)}; {why}, and "
+            "mojolearn never copies device memory silently; move it to the CPU first "
+            "(e.g. torch's x.cpu())"
+        )
 
 
 class Owner:
@@ -194,8 +211,11 @@ def _consume(cap, func, arg):
     return Owner(ptr, mt.deleter, None), mt.dl_tensor, readonly
 
 
-def read(obj, *, func: str, arg: str):
-    """A ``Buf`` of a DLPack producer or capsule (see module docstring)."""
+def read(obj, *, func: str, arg: str, device_ok: bool = False):
+    """A ``Buf`` of a DLPack producer or capsule (see module docstring). With
+    ``device_ok`` a CUDA / ROCm tensor is read too (``Buf.device`` says where): it is
+    exported with ``stream=-1`` (no producer-side stream ordering), because the
+    caller waits for all queued device work before computing (_device.resident)."""
     from ._buffers import Buf, _ITEMSIZE
 
     producer = None
@@ -209,14 +229,19 @@ def read(obj, *, func: str, arg: str):
                 "(its products have backwards)"
             )
         dev_fn = getattr(obj, "__dlpack_device__", None)
+        on_device = False
         if dev_fn is not None:
             dev = tuple(dev_fn())
             if int(dev[0]) != KDLCPU:
-                _refuse_device(func, arg, dev)
+                if not (device_ok and int(dev[0]) in GPU_DEVICE_TYPES):
+                    _refuse_device(func, arg, dev)
+                _refuse_unserved(func, arg, dev)  # before the producer exports anything
+                on_device = True
+        kw = {"stream": -1} if on_device else {}
         try:
-            cap = obj.__dlpack__(max_version=(1, 0))
+            cap = obj.__dlpack__(max_version=(1, 0), **kw)
         except TypeError:
-            cap = obj.__dlpack__()
+            cap = obj.__dlpack__(**kw)
         except BufferError as e:
             raise TypeError(
                 f"mojolearn: {func}: {arg} ({type(obj).__name__}) refused to export "
@@ -227,7 +252,9 @@ def read(obj, *, func: str, arg: str):
     owner.producer = producer
     dev = (t.device.device_type, t.device.device_id)
     if dev[0] != KDLCPU:
-        _refuse_device(func, arg, dev)
+        if not (device_ok and dev[0] in GPU_DEVICE_TYPES):
+            _refuse_device(func, arg, dev)
+        _refuse_unserved(func, arg, dev)
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
     dtype = _DTYPE.get((code, bits), f"DLPack dtype (code {code}, {bits} bits)")
     if lanes != 1:
@@ -249,7 +276,8 @@ def read(obj, *, func: str, arg: str):
     addr = (t.data or 0) + int(t.byte_offset)
     owner.dtype, owner.shape, owner.strides = dtype, shape, strides
     owner.addr, owner.readonly = addr, readonly
-    return Buf(addr, dtype, shape, strides, readonly, owner)
+    return Buf(addr, dtype, shape, strides, readonly, owner,
+               device=None if dev[0] == KDLCPU else (int(dev[0]), int(dev[1])))
 
 
 # ---------------------------------------------------------------- export

@@ -153,8 +153,8 @@ def _staged_out(func, out, compute):
         return compute(None)
     from ._buffers import read
 
-    o = read(out, func=func, arg="out")
-    if o.pinned:
+    o = read(out, func=func, arg="out", device_ok=True)
+    if o.pinned or o.device is not None:
         return compute(out)
     res = compute(None)
     ob = out_buf(out, func, "float32", tuple(res.shape))
@@ -262,8 +262,11 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
 
     _no_extra(func, extra, "(a, b, *, transpose_a=False, transpose_b=False, out=None)")
 
-    ra = read(a, func=func, arg="a")
-    rb = read(b, func=func, arg="b")
+    ra = read(a, func=func, arg="a", device_ok=True)
+    rb = read(b, func=func, arg="b", device_ok=True)
+    if ra.device is not None or rb.device is not None:
+        return _run_f32_resident(func, ra, rb, transpose_a, transpose_b, out,
+                                 a_dtypes, b_dtypes)
     if ra.ndim <= 2 and rb.ndim <= 2:
         return _run_f32(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_dtypes, {})
     transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
@@ -307,6 +310,80 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
         ))
         if need > wn:
             _ws_fit(need)
+    return res
+
+
+def _device_result(func, protos, shape):
+    """A float32 result of ``shape`` in the operands' device memory, allocated by the
+    operands' own library (torch or CuPy; found from the producer's type, never
+    imported here); other producers must pass ``out``."""
+    import sys
+
+    for x in protos:
+        top = type(x).__module__.split(".")[0]
+        lib = sys.modules.get(top)
+        if top == "torch" and lib is not None:
+            return lib.empty(shape, dtype=lib.float32, device=x.device)
+        if top == "cupy" and lib is not None:
+            with x.device:
+                return lib.empty(shape, dtype=lib.float32)
+    names = ", ".join(sorted({type(x).__name__ for x in protos}))
+    raise TypeError(
+        f"mojolearn: {func}: the operands are in device memory ({names}) and mojolearn "
+        "allocates device results only through torch or CuPy; pass out= (a float32 "
+        f"device tensor of shape {tuple(shape)}) to receive the product"
+    )
+
+
+def _run_f32_resident(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_dtypes):
+    """fp32.v1 / bf16f32.v1 on device-resident operands (any batch dimensions, rule
+    7.1): the GPU build computes where the data is, with no copy either way. The
+    result is ``out`` or a new tensor of the operands' library on their device."""
+    from . import _device
+
+    transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
+    ab = buf(ra, func, "a", a_dtypes, copy=False)
+    bb = buf(rb, func, "b", b_dtypes, copy=False)
+    for name, x in (("a", ab), ("b", bb)):
+        if x.ndim < 2:
+            raise ValueError(
+                f"mojolearn: {func}: {name} must be at least 2-D, got {x.ndim}-D with "
+                f"shape {x.shape}"
+            )
+    m, n, k = _shapes(func, ab.shape[-2:], bb.shape[-2:], transpose_a, transpose_b)
+    batch, pa, pb = _broadcast(func, ab.shape[:-2], bb.shape[:-2])
+    shape = batch + (m, n)
+    ob = None if out is None else out_buf(out, func, "float32", shape, device_ok=True)
+    named = [("a", ab.device), ("b", bb.device)] + ([("out", ob.device)] if ob else [])
+    mod = _device.resident(func, named)  # refusals by name; waits for queued work
+    ab = contiguous(ab, func, "a")       # device memory: refused unless contiguous
+    bb = contiguous(bb, func, "b")
+    _no_overlap(func, ob, (("a", ab), ("b", bb)))
+    if ob is None:
+        protos = [getattr(x.keep, "producer", None) for x in (ra, rb)]
+        res = _device_result(func, [p for p in protos if p is not None], shape)
+        ob = out_buf(res, func, "float32", shape, device_ok=True)
+        if ob.device != ab.device:  # pragma: no cover - the library put it elsewhere
+            raise RuntimeError(f"mojolearn: {func}: the result was allocated on {ob.device}, "
+                               f"not on the operands' device {ab.device}")
+    else:
+        res = out
+    nb = 1
+    for d in batch:
+        nb *= d
+    if not (m and n and nb):
+        return res
+    a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
+    if bb.ndim == 2 and not transpose_a:
+        calls = [(ab.addr, bb.addr, ob.addr, nb * m)]
+    else:
+        sa, sb = m * k * ab.itemsize, k * n * bb.itemsize
+        ia, ib = _batch_offsets(batch, pa), _batch_offsets(batch, pb)
+        calls = [(ab.addr + i * sa, bb.addr + j * sb, ob.addr + t * m * n * 4, m)
+                 for t, (i, j) in enumerate(zip(ia, ib))]
+    for pa_, pb_, pc_, rows in calls:
+        mod.gemm_f32_resident((pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b),
+                               a16, b16, sabotage_arg()))
     return res
 
 

@@ -91,6 +91,11 @@ ENTRIES = (
                                    "n_heads", "n_kv", "head_dim", "pos0", "tmax", "fixed15"), "cpu"),
     # GPU module only
     Entry("device_info", (), "gpu", "tuple", "(api, device name)"),
+    Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
+                                "b_bf16", "sabotage"), "gpu", "int",
+          "gemm_f32 on device-resident operands (DLPack device tensors): no copies"),
+    Entry("nn_add_resident", ("x", "ldx", "y", "ldy", "out", "ldo", "n", "rows"), "gpu",
+          doc="ftz(x + y) row by row on device-resident operands (torch mode's bias add)"),
 )
 
 BY_NAME = {e.name: e for e in ENTRIES}

@@ -40,14 +40,20 @@ def buf(obj, func: str, arg: str, dtypes: tuple, ndim: int | None = None, lists=
 def contiguous(b: Buf, func: str, arg: str) -> Buf:
     """``b`` itself when C-contiguous and pinned, else a C-contiguous byte copy of it
     (made while this thread holds the GIL)."""
+    if b.device is not None and not b.c_contiguous and b.size:
+        raise ValueError(
+            f"mojolearn: {func}: {arg} is a non-contiguous tensor in device memory (shape "
+            f"{b.shape}, byte strides {b.strides}); mojolearn never copies device memory: "
+            "make it contiguous on the device first (e.g. torch's x.contiguous())"
+        )
     if (not b.c_contiguous or not b.pinned) and b.size:
         b = read(to_array(b.keep, func=func, arg=arg), func=func, arg=arg)
     return b
 
 
-def out_buf(out, func: str, dtype: str, shape: tuple) -> Buf:
+def out_buf(out, func: str, dtype: str, shape: tuple, device_ok: bool = False) -> Buf:
     """Check a caller-supplied ``out``: exact dtype and shape, C-contiguous, writable."""
-    b = read(out, func=func, arg="out")
+    b = read(out, func=func, arg="out", device_ok=device_ok)
     if b.dtype != dtype:
         raise TypeError(f"mojolearn: {func}: out must be {dtype}, got {b.dtype}")
     if tuple(b.shape) != tuple(shape):

@@ -44,9 +44,19 @@ ELEMENTWISE
 
 SCOPE
     The registration is process-wide (every thread), like any ``torch.library``
-    kernel; ``disable()`` restores torch's kernels. CUDA/ROCm tensors are not
-    covered in this version (no GPU build accepts device memory): they run torch's
-    kernels.
+    kernel; ``disable()`` restores torch's kernels.
+
+CUDA / ROCm TENSORS
+    Where this install's GPU build serves the process (``mojolearn.vendor()`` is
+    "cuda" or "hip") and drives the tensors' device, the products (``COVERED``) of
+    float32 tensors on that device run fp32.v1 on the GPU where the data lies (no host
+    copy; ``linalg.matmul`` on device-resident operands), and so does the bias add
+    of addmm / baddbmm (rule 10.2); torch's fused attention kernels (flash,
+    memory-efficient, cuDNN) are switched off while the mode is on, so
+    ``scaled_dot_product_attention`` takes its math path (bmm). The elementwise ops
+    above are covered on the CPU only: on a device they stay torch's. Without a
+    working GPU build, device tensors run torch's own kernels, as outside the mode
+    (``gpu_covered()`` says which applies).
 """
 from __future__ import annotations
 
@@ -57,11 +67,11 @@ import warnings
 import torch as _torch
 
 from . import linalg as _linalg
-from ._native_loader import native as _native
+from ._native_loader import cpu_native as _native  # the nn_* entries are the CPU build's
 from ._threads import get_num_threads as _threads
 
 __all__ = ["identical", "enable", "disable", "is_enabled", "COVERED", "REFUSED",
-           "ELEMENTWISE_COVERED", "calls"]
+           "ELEMENTWISE_COVERED", "calls", "gpu_covered"]
 
 COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::bmm",
            "aten::bmm.out", "aten::baddbmm", "aten::mv", "aten::dot")
@@ -82,13 +92,46 @@ def calls() -> dict:
     return dict(_calls)
 
 
+_gpu_ok = None  # the GPU build serves this process and drives torch's "cuda" device
+
+
+def gpu_covered() -> bool:
+    """True when float32 products of torch's "cuda" tensors (device 0) run fp32.v1 on
+    the GPU inside the mode: a GPU build serves this process (``MOJOLEARN_DEVICE``
+    auto or gpu) and drives the device torch calls "cuda" (CUDA or ROCm)."""
+    global _gpu_ok
+    if _gpu_ok is None:
+        from . import _device
+
+        ok = False
+        if _torch.cuda.is_available() and _device.get_device() != "cpu":
+            mod, api, _ = _device.gpu_status()
+            want = "hip" if getattr(_torch.version, "hip", None) else "cuda"
+            ok = mod is not None and api == want
+        _gpu_ok = ok
+    return _gpu_ok
+
+
 def _ours(*ts) -> bool:
+    """float32 strided tensors, all on the CPU, or all on cuda:0 when gpu_covered()."""
+    dev = None
     for t in ts:
         if not isinstance(t, _torch.Tensor):
             return False
-        if t.dtype != _torch.float32 or t.device.type != "cpu" or t.layout != _torch.strided:
+        if t.dtype != _torch.float32 or t.layout != _torch.strided:
             return False
-    return True
+        if dev is None:
+            dev = t.device
+        elif t.device != dev:
+            return False
+    if dev is None or dev.type == "cpu":
+        return True
+    return dev.type == "cuda" and (dev.index or 0) == 0 and gpu_covered()
+
+
+def _cpu_only(*ts) -> bool:
+    """The elementwise kernels are the CPU's: device tensors stay torch's."""
+    return _ours(*ts) and all(t.device.type == "cpu" for t in ts)
 
 
 def _operand(x):
@@ -99,6 +142,10 @@ def _operand(x):
         xt = x.transpose(-1, -2)
         if xt.is_contiguous():
             return xt, True
+    if x.device.type != "cpu" and not x.is_contiguous():
+        # device memory is never copied by mojolearn itself: torch makes the byte copy
+        # (e.g. the stride-0 gradient of a sum reaching aten::mm in a backward)
+        x = x.contiguous()
     return x, False
 
 
@@ -112,19 +159,30 @@ def _product(a, b):
 
 
 def _tensor(arr):
+    if isinstance(arr, _torch.Tensor):  # a device result, allocated by torch already
+        return arr
     return _torch.from_dlpack(arr)
+
+
+def _key_of(args, kwargs) -> str:
+    for x in list(args) + list(kwargs.values()):
+        if isinstance(x, _torch.Tensor) and x.device.type == "cuda":
+            return "CUDA"
+    return "CPU"
 
 
 def _fall(name, ks, *args, **kwargs):
     _calls["fallthrough"] += 1
-    return _orig[name].call_boxed(ks, *args, **kwargs)
+    return _orig[(name, _key_of(args, kwargs))].call_boxed(ks, *args, **kwargs)
 
 
 def _bias_add(c, bias, op):
-    """c (an Array (..., m, n)) += bias, in place: ftz(c + bias) by the nn_add kernel."""
+    """c (an Array (..., m, n), or a device tensor) += bias, in place: ftz(c + bias) by
+    the nn_add kernel (nn_add_resident on the GPU build for device tensors)."""
     shape = tuple(c.shape)
     n = shape[-1]
-    rows = c.size // n if n else 0
+    size = c.numel() if isinstance(c, _torch.Tensor) else c.size
+    rows = size // n if n else 0
     b = bias.detach()
     try:
         if b.dim() >= 1 and b.shape[-1] == n and b.stride(-1) == 1 and b.numel() == n:
@@ -137,7 +195,14 @@ def _bias_add(c, bias, op):
             f"to the product's shape {shape}"
         ) from None
     if rows and n:
-        _native().nn_add((c.address, n, y.data_ptr(), ldy, c.address, n, n, rows, _threads()))
+        if isinstance(c, _torch.Tensor):  # device-resident (see _product)
+            from . import _device
+
+            mod = _device.resident(op, [("out", (2 if not _torch.version.hip else 10, 0))])
+            mod.nn_add_resident((c.data_ptr(), n, y.data_ptr(), ldy, c.data_ptr(), n, n, rows))
+        else:
+            _native().nn_add((c.address, n, y.data_ptr(), ldy, c.address, n, n, rows,
+                              _threads()))
     return c
 
 
@@ -207,7 +272,7 @@ def _silu(ks, x):
     """silu(x) by the models' SiLU kernel (rule M-17: silu_mul with u = 1, and
     mul(s, 1) = s exactly): bits independent of thread count and batch."""
     global _ones
-    if not _ours(x) or x.dim() == 0:
+    if not _cpu_only(x) or x.dim() == 0:
         return _fall("silu", ks, x)
     _calls["mojolearn"] += 1
     x = x.detach().contiguous()
@@ -228,7 +293,7 @@ def _last_dim(x, dim) -> bool:
 
 def _softmax_like(name, log):
     def kernel(ks, x, dim, half_to_float):
-        if not _ours(x) or half_to_float or not _last_dim(x, dim) or x.numel() == 0:
+        if not _cpu_only(x) or half_to_float or not _last_dim(x, dim) or x.numel() == 0:
             return _fall(name, ks, x, dim, half_to_float)
         _calls["mojolearn"] += 1
         x = x.detach().contiguous()
@@ -242,7 +307,7 @@ def _softmax_like(name, log):
 
 def _mean_dim(ks, x, dim=None, keepdim=False, *, dtype=None):
     dims = list(dim) if dim is not None else None
-    if (not _ours(x) or dtype is not None or dims is None or len(dims) != 1
+    if (not _cpu_only(x) or dtype is not None or dims is None or len(dims) != 1
             or not _last_dim(x, dims[0]) or x.numel() == 0):
         return _fall("mean.dim", ks, x, dim, keepdim, dtype=dtype)
     _calls["mojolearn"] += 1
@@ -306,22 +371,45 @@ def is_enabled() -> bool:
     return _lib is not None
 
 
+_GPU_KERNELS = ("mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out", "baddbmm", "mv", "dot",
+                "addmv", "addbmm", "addr")  # registered for CUDA when gpu_covered()
+_SDP = ("flash", "mem_efficient", "cudnn")
+
+
+def _sdp_state():
+    b = _torch.backends.cuda
+    return {k: getattr(b, f"{k}_sdp_enabled")() for k in _SDP if hasattr(b, f"{k}_sdp_enabled")}
+
+
+def _sdp_set(state):
+    b = _torch.backends.cuda
+    for k, v in state.items():
+        getattr(b, f"enable_{k}_sdp")(v)
+
+
 def enable() -> None:
     """Register the kernels (process-wide) until ``disable()``."""
     global _lib, _saved_flash
     with _lock:
         if _lib is not None:
             return
-        for name in _KERNELS:
-            if name not in _orig:
-                _orig[name] = _torch.library.get_kernel(f"aten::{name}", "CPU")
+        keys = [("CPU", tuple(_KERNELS))]
+        if gpu_covered():
+            keys.append(("CUDA", _GPU_KERNELS))
+        for key, names in keys:
+            for name in names:
+                if (name, key) not in _orig:
+                    _orig[(name, key)] = _torch.library.get_kernel(f"aten::{name}", key)
         lib = _torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for name, fn in _KERNELS.items():
-                lib.impl(name, fn, "CPU", with_keyset=True)
-        _saved_flash = _torch.backends.cuda.flash_sdp_enabled()
-        _torch.backends.cuda.enable_flash_sdp(False)  # CPU sdpa then takes its math path (bmm)
+            for key, names in keys:
+                for name in names:
+                    lib.impl(name, _KERNELS[name], key, with_keyset=True)
+        _saved_flash = _sdp_state()
+        # sdpa then takes its math path (bmm): on the CPU the flash switch decides, on
+        # a GPU the memory-efficient and cuDNN kernels too
+        _sdp_set({k: False for k in _saved_flash if k == "flash" or len(keys) > 1})
         _lib = lib
 
 
@@ -334,7 +422,7 @@ def disable() -> None:
         _lib._destroy()
         _lib = None
         if _saved_flash is not None:
-            _torch.backends.cuda.enable_flash_sdp(_saved_flash)
+            _sdp_set(_saved_flash)
 
 
 @contextlib.contextmanager

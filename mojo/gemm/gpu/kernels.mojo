@@ -33,6 +33,13 @@ from gemm.gpu.threads import (
 )
 
 
+# ------------------------------------------------------------------ sabotage
+def flip_low_bit_kernel(c: U32Ptr):
+    """conformance --sabotage only: C[0, 0] ^= 1 on a device-resident result."""
+    if gid_x() == 0:
+        c.unsafe_store(0, c.unsafe_load(0) ^ 1)
+
+
 # ------------------------------------------------------------------ fp32.v1
 def f32_leaves_kernel[adt: DType, bdt: DType](
     a: Pointer[Scalar[adt], MutAnyOrigin],

@@ -26,6 +26,7 @@ from gemm.gpu.kernels import (
     f32_tree_kernel,
     int8_gemm_kernel,
     int15_gemm_kernel,
+    flip_low_bit_kernel,
 )
 
 comptime PARTS_BYTES = 1 << 30
@@ -33,37 +34,36 @@ comptime MAX_GRID_Y = 65535
 
 
 # ------------------------------------------------------------------ fp32.v1 / bf16f32.v1
-def _gemm_f32[adt: DType, bdt: DType](
-    ctx: DeviceContext, a_addr: Int, b_addr: Int, c_addr: Int,
+def _f32_launches[adt: DType, bdt: DType](
+    ctx: DeviceContext,
+    pa0: Pointer[Scalar[adt], MutAnyOrigin],
+    pb: Pointer[Scalar[bdt], MutAnyOrigin],
+    pc0: F32Ptr,
     m: Int, n: Int, k: Int, trans_a: Bool, trans_b: Bool,
 ) raises:
+    """The launches of fp32.v1 on operands already in device memory (enqueued on
+    ctx's stream; the caller synchronizes)."""
     var leaf = leaf_size(k)
     var nleaves = leaves_of(k)
     var sa = a_strides(m, k, trans_a)
     var sb = b_strides(n, k, trans_b)
-    var da = ctx.enqueue_create_buffer[adt](max(1, m * k))
-    var db = ctx.enqueue_create_buffer[bdt](max(1, n * k))
-    var dc = ctx.enqueue_create_buffer[DType.float32](m * n)
-    if k > 0:
-        ctx.enqueue_copy(da, host_ptr[adt](a_addr))
-        ctx.enqueue_copy(db, host_ptr[bdt](b_addr))
     var rows = max(1, min(m, PARTS_BYTES // max(1, nleaves * n * 4), MAX_GRID_Y * BY))
     var dp = ctx.enqueue_create_buffer[DType.float32](max(1, nleaves * rows * n))
     var i0 = 0
     while i0 < m:
         var mr = min(rows, m - i0)
-        var pa = da.unsafe_ptr().unsafe_offset(i0 * sa[0])
-        var pc = dc.unsafe_ptr().unsafe_offset(i0 * n)
+        var pa = pa0.unsafe_offset(i0 * sa[0])
+        var pc = pc0.unsafe_offset(i0 * n)
         if nleaves > 0 and use_tiled(mr, n):
             ctx.enqueue_function[f32_leaves_tiled_kernel[adt, bdt]](
-                pa, db.unsafe_ptr(), dp.unsafe_ptr(),
+                pa, pb, dp.unsafe_ptr(),
                 Int32(mr), Int32(n), Int32(k),
                 Int64(sa[0]), Int64(sa[1]), Int64(sb[0]), Int64(sb[1]), Int32(leaf),
                 grid_dim=(cdiv(n, BX * TN), cdiv(mr, BY * TM), nleaves), block_dim=(BX, BY),
             )
         elif nleaves > 0:
             ctx.enqueue_function[f32_leaves_kernel[adt, bdt]](
-                pa, db.unsafe_ptr(), dp.unsafe_ptr(),
+                pa, pb, dp.unsafe_ptr(),
                 Int32(mr), Int32(n), Int32(k),
                 Int64(sa[0]), Int64(sa[1]), Int64(sb[0]), Int64(sb[1]), Int32(leaf),
                 grid_dim=(cdiv(n, BX), cdiv(mr, BY), nleaves), block_dim=(BX, BY),
@@ -73,8 +73,64 @@ def _gemm_f32[adt: DType, bdt: DType](
             grid_dim=(cdiv(n, BX), cdiv(mr, BY)), block_dim=(BX, BY),
         )
         i0 += mr
+    _ = len(dp)  # alive until every launch that reads it is enqueued
+
+
+def _gemm_f32[adt: DType, bdt: DType](
+    ctx: DeviceContext, a_addr: Int, b_addr: Int, c_addr: Int,
+    m: Int, n: Int, k: Int, trans_a: Bool, trans_b: Bool,
+) raises:
+    """Host operands: copied in, launched, the result copied back."""
+    var da = ctx.enqueue_create_buffer[adt](max(1, m * k))
+    var db = ctx.enqueue_create_buffer[bdt](max(1, n * k))
+    var dc = ctx.enqueue_create_buffer[DType.float32](m * n)
+    if k > 0:
+        ctx.enqueue_copy(da, host_ptr[adt](a_addr))
+        ctx.enqueue_copy(db, host_ptr[bdt](b_addr))
+    _f32_launches[adt, bdt](ctx, da.unsafe_ptr().as_unsafe_any_origin(),
+                            db.unsafe_ptr().as_unsafe_any_origin(),
+                            dc.unsafe_ptr().as_unsafe_any_origin(),
+                            m, n, k, trans_a, trans_b)
     ctx.enqueue_copy(host_ptr[DType.float32](c_addr), dc)
     ctx.synchronize()
+    _ = len(da)  # the launches above read them through raw pointers
+    _ = len(db)
+
+
+def _gemm_f32_resident[adt: DType, bdt: DType](
+    ctx: DeviceContext, a_addr: Int, b_addr: Int, c_addr: Int,
+    m: Int, n: Int, k: Int, trans_a: Bool, trans_b: Bool,
+) raises:
+    """Device operands (addresses in this device's memory): no copy either way."""
+    _f32_launches[adt, bdt](ctx, host_ptr[adt](a_addr), host_ptr[bdt](b_addr),
+                            host_ptr[DType.float32](c_addr), m, n, k, trans_a, trans_b)
+    ctx.synchronize()
+
+
+def gemm_f32_resident(
+    ctx: DeviceContext, a_addr: Int, b_addr: Int, c_addr: Int, m: Int, n: Int, k: Int,
+    trans_a: Bool, trans_b: Bool, a_bf16: Bool, b_bf16: Bool, sabotage: Bool,
+) raises:
+    """gemm_f32 on operands and result that already live in this device's memory
+    (DLPack device tensors); synchronous. `sabotage` flips the low bit of C[0, 0]
+    on the device (conformance --sabotage only)."""
+    if m == 0 or n == 0:
+        return
+    comptime F = DType.float32
+    comptime H = DType.uint16
+    if a_bf16 and b_bf16:
+        _gemm_f32_resident[H, H](ctx, a_addr, b_addr, c_addr, m, n, k, trans_a, trans_b)
+    elif a_bf16:
+        _gemm_f32_resident[H, F](ctx, a_addr, b_addr, c_addr, m, n, k, trans_a, trans_b)
+    elif b_bf16:
+        _gemm_f32_resident[F, H](ctx, a_addr, b_addr, c_addr, m, n, k, trans_a, trans_b)
+    else:
+        _gemm_f32_resident[F, F](ctx, a_addr, b_addr, c_addr, m, n, k, trans_a, trans_b)
+    if sabotage:
+        ctx.enqueue_function[flip_low_bit_kernel](
+            host_ptr[DType.uint32](c_addr), grid_dim=1, block_dim=1
+        )
+        ctx.synchronize()
 
 
 def gemm_f32(
