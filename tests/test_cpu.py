@@ -99,10 +99,13 @@ def test_forced_isa_loads_that_build(name):
     assert child(MOJOLEARN_ISA=f" {name.upper()} ")[1] == name
 
 
-def test_native_switch_still_names_a_build():
-    """The older MOJOLEARN_NATIVE=_native_<isa> means MOJOLEARN_ISA=<isa>."""
+def test_native_switch_is_refused_by_name():
+    """One switch per choice: the older MOJOLEARN_NATIVE is refused, naming the two
+    that replace it (MOJOLEARN_ISA for the CPU build, MOJOLEARN_DEVICE for the backend)."""
     r = child(MOJOLEARN_NATIVE="_native_v3")
-    assert r[:3] == ["OK", "v3", "mojolearn._native_v3"], r
+    text = "|".join(r)  # the child joins its fields with "|"
+    assert r[0] == "ImportError" and "MOJOLEARN_NATIVE='_native_v3' is no longer read" in text, r
+    assert "MOJOLEARN_ISA=amx|v4|v3" in text and "MOJOLEARN_DEVICE=auto|cpu|gpu" in text, r
 
 
 def test_hidden_features_move_the_choice_down():

@@ -247,7 +247,9 @@ _ISA_CHILD = textwrap.dedent("""
     ({"MOJOLEARN_ISA": "_native_v3"},
      "mojolearn: MOJOLEARN_ISA='_native_v3' is not a CPU build; use one of amx, v4, v3"),
     ({"MOJOLEARN_NATIVE": "_native_zen9"},
-     "mojolearn: MOJOLEARN_NATIVE='_native_zen9' is not a CPU build; use one of amx, v4, v3"),
+     "mojolearn: MOJOLEARN_NATIVE='_native_zen9' is no longer read (one switch per choice): "
+     "the CPU build is chosen by MOJOLEARN_ISA=amx|v4|v3 and the backend by "
+     "MOJOLEARN_DEVICE=auto|cpu|gpu; unset MOJOLEARN_NATIVE"),
     ({"MOJOLEARN_ISA": "amx", "MOJOLEARN_CPU_HIDE": "amx-int8"},
      "mojolearn: MOJOLEARN_ISA=amx cannot run on this CPU: the CPU lacks amx-int8 (hidden by "
      "MOJOLEARN_CPU_HIDE); builds this CPU runs: "),

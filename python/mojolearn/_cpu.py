@@ -12,8 +12,9 @@ CHOICE
     The builds are the rows of mojolearn._isa.ISAS, best first; the first one this
     CPU can run is loaded. ``MOJOLEARN_ISA=<name>`` forces one; a build this CPU
     cannot run is refused by name with the features it lacks (ImportError), never
-    loaded to crash. ``MOJOLEARN_NATIVE=_native_<name>`` (the older switch) means the
-    same as ``MOJOLEARN_ISA=<name>``. ``MOJOLEARN_CPU_HIDE=feat,...`` makes the
+    loaded to crash. ``MOJOLEARN_NATIVE`` (an older second switch) is refused by
+    name if set: the backend (CPU or GPU) is mojolearn._device's one choice
+    (``MOJOLEARN_DEVICE``), the CPU build this module's. ``MOJOLEARN_CPU_HIDE=feat,...`` makes the
     detection pretend the CPU lacks those features (``amx-permission`` pretends the
     kernel refused AMX): it exists to test this dispatch on a big machine.
     Every build gives the same bits; only the speed differs.
@@ -182,8 +183,12 @@ def _forced():
     if raw:
         return raw, ENV
     raw = os.environ.get(NATIVE_ENV, "").strip()
-    if raw and raw != "_native":
-        return (raw[len("_native_"):] if raw.startswith("_native_") else raw), NATIVE_ENV
+    if raw:
+        raise ImportError(
+            f"mojolearn: {NATIVE_ENV}={raw!r} is no longer read (one switch per choice): "
+            f"the CPU build is chosen by {ENV}=amx|v4|v3 and the backend by "
+            f"MOJOLEARN_DEVICE=auto|cpu|gpu; unset {NATIVE_ENV}"
+        )
     return None, None
 
 
