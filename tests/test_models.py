@@ -353,6 +353,58 @@ def test_attention_kernel_edges(profile, case):
     assert_same_bits(out, want, case)
 
 
+_GROUP_SHAPES = [
+    # (B, L, nh, kvh, hd, pos0): query heads per key/value head 3, 4, 5 (4 + 1), 8 (4 + 4),
+    # 6 with head_dim 160 (two leaves; 4 + 2), head_dim 96 (a column block and a rest),
+    # rows longer than the key blocks, a cached prefix
+    (1, 70, 12, 4, 64, 0), (2, 37, 8, 2, 64, 40), (1, 66, 10, 2, 96, 0),
+    (1, 20, 16, 2, 64, 70), (1, 67, 6, 1, 160, 3)]
+_GROUP_CASES = [
+    pytest.param(shape, edit, marks=() if fast else pytest.mark.slow,
+                 id=f"{'x'.join(map(str, shape))}-{edit}")
+    for shape in _GROUP_SHAPES
+    for edit in ("plain", "huge_query_one_head", "inf_value_masked", "nan_key")
+    # the quick run: every shape once, each edit once
+    for fast in [(_GROUP_SHAPES.index(shape) + ["plain", "huge_query_one_head",
+                  "inf_value_masked", "nan_key"].index(edit)) % 4 == 0]]
+
+
+@pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
+@pytest.mark.parametrize("shape,edit", _GROUP_CASES)
+def test_attention_kernel_head_groups(profile, shape, edit):
+    """M-11 .. M-15, M-21, M-24: the query heads of one key/value head are computed
+    together (each key and value load feeds all of them); every head's bits equal the
+    oracle's for the group sizes and head dims that take the shared path and its
+    remainders, with one head of a group forcing the full row (a huge query), an inf
+    value behind the mask and a NaN key."""
+    from mojolearn.models import _kernels as K
+
+    B, L, nh, kvh, hd, pos0 = shape
+
+    def change(q, k, v):
+        if edit == "huge_query_one_head":
+            q[L // 2, hd + 1] = 3e25          # head 1 only: its group takes every key
+        elif edit == "inf_value_masked":
+            v[0, 0, pos0 + L - 1, 5] = np.inf  # behind the mask for every earlier query
+        elif edit == "nan_key":
+            k[0, kvh - 1, pos0 + 2, 1] = np.nan
+
+    q, k, v = _attn_case(B, L, nh, kvh, hd, pos0, seed=sum(shape), edit=change)
+    T = pos0 + L
+    kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
+    out = np.empty((B * L, nh * hd), dtype=np.float32)
+    K.attention(q, nh * hd, kt, np.ascontiguousarray(v), out, B, L, nh, kvh, hd, pos0, T,
+                profile == "fixed15_v1")
+    want = np.empty_like(out)
+    for b in range(B):
+        for h in range(nh):
+            g = h // (nh // kvh)
+            qh = MO.ftz(q[b * L:(b + 1) * L, h * hd:(h + 1) * hd])
+            want[b * L:(b + 1) * L, h * hd:(h + 1) * hd] = MO.attention(
+                qh, MO.ftz(k[b, g]), MO.ftz(v[b, g]), pos0, profile, hd)
+    assert_same_bits(out, want, f"{shape} {edit}")
+
+
 @pytest.mark.parametrize("n", [1, 7, 64, 300])
 def test_softmax_log_softmax_mean_rows(n):
     """M-28 M-29 M-30: softmax, log_softmax and mean over rows (the torch mode's

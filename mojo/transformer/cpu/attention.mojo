@@ -31,6 +31,9 @@ comptime FW = SIMD[DType.float32, W]
 comptime LEAF = 128  # = arith.tree.leaf_size(head_dim) for every head_dim <= 131072 (rule 6.2)
 comptime MAX_LEAVES = 8
 comptime KB = 4  # key blocks of W lanes in flight
+comptime HG = 4  # query heads of one key/value head computed together (they share K, V)
+# key / column blocks in flight when HG heads share them: fewer on 16-register AVX2
+comptime KBM = 4 if W >= 16 else 2
 
 
 @fieldwise_init
@@ -57,11 +60,16 @@ def attn_scale(head_dim: Int) -> Float32:
     return ftz(F1(1) / sqrt_rn(F1(Float32(head_dim))))[0]
 
 
+def _srow(nkeys: Int) -> Int:
+    """Floats between the score rows of the heads computed together."""
+    return (nkeys + 16 + 15) // 16 * 16
+
+
 def attn_ws_floats(a: AttnArgs) -> Int:
-    """Per-unit workspace (float32 words): scores row, and under fixed15 the key
+    """Per-unit workspace (float32 words): HG score rows, and under fixed15 the key
     codes (int32), their exponents and the query codes."""
     var nkeys = a.pos0 + a.length
-    var n = nkeys + 16
+    var n = HG * _srow(nkeys)
     if a.fixed15:
         n += nkeys * a.head_dim + nkeys + a.head_dim + 16 + nkeys * a.head_dim
     return (n + 15) // 16 * 16
@@ -83,9 +91,9 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
     var vc = F32Ptr(unsafe_from_address=a.v).unsafe_offset((b * a.n_kv + g) * a.tmax * hd)
     var qb = F32Ptr(unsafe_from_address=a.q)
     var ob = F32Ptr(unsafe_from_address=a.out)
-    var s = ws
+    var srow = _srow(nkeys)
     # fixed15: quantize every key row (rotated, float32 in the cache) once per unit
-    var kcodes = I32Ptr(unsafe_from_address=Int(ws.unsafe_offset(nkeys + 16)))
+    var kcodes = I32Ptr(unsafe_from_address=Int(ws.unsafe_offset(HG * srow)))
     var kexp = kcodes.unsafe_offset(nkeys * hd)
     var qcodes = kexp.unsafe_offset(nkeys + 16)
     var krow = F32Ptr(unsafe_from_address=Int(qcodes.unsafe_offset(hd)))
@@ -108,71 +116,162 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
     var kv_small = _all_small(kt, hd, a.tmax, nkeys) and _all_finite_rows(vc, nkeys, hd)
     for i in range(i0, i1):
         var p = a.pos0 + i
-        for hh in range(group):
-            var h = g * group + hh
-            var qr = qb.unsafe_offset((b * a.length + i) * a.ldq + h * hd)
+        var hh0 = 0
+        while hh0 < group:
+            # up to HG query heads of this key/value head at once: every K and V load
+            # feeds each of them; each (head, key) and (head, column) chain is the one
+            # a head alone computes
+            var gn = min(HG, group - hh0)
+            var h0 = g * group + hh0
+            var q0 = qb.unsafe_offset((b * a.length + i) * a.ldq + h0 * hd)
+            var o0 = ob.unsafe_offset((b * a.length + i) * a.n_heads * hd + h0 * hd)
+            # keys past the query add nothing for a head whose values are small (see
+            # above); computing them anyway gives the same bits, so the heads computed
+            # together take the longest row any of them needs
             var n_eff = nkeys
-            if kv_small and _all_small(qr, hd, 1, 1):
+            if kv_small:
                 n_eff = p + 1
+                for t in range(gn):
+                    if not _all_small(q0.unsafe_offset(t * hd), hd, 1, 1):
+                        n_eff = nkeys
             # ---- scores
+            var j_done = 0
             if a.fixed15:
-                var qe = row_exponent(U32Ptr(unsafe_from_address=Int(qr)), hd, INT15_SHIFT)
-                var qsc = quant_scale(qe)
-                var qbits = U32Ptr(unsafe_from_address=Int(qr))
-                for kk in range(hd):
-                    qcodes.unsafe_store(kk, codes[1, INT15_CMAX](qbits.unsafe_load(kk), qsc)[0])
-                for j in range(n_eff):
-                    var acc = SIMD[DType.int64, 8](0)
-                    var kr = kcodes.unsafe_offset(j * hd)
-                    var kk = 0
-                    while kk + 8 <= hd:
-                        acc += qcodes.unsafe_load[width=8](kk).cast[DType.int64]() * kr.unsafe_load[width=8](kk).cast[DType.int64]()
-                        kk += 8
-                    var sum = acc.reduce_add()
-                    while kk < hd:
-                        sum += Int64(qcodes.unsafe_load(kk)) * Int64(kr.unsafe_load(kk))
-                        kk += 1
-                    var e = qe + Int(kexp.unsafe_load(j))
-                    var p2 = F1(pow2f(e))
-                    var c = ftz(mul(F1(sum.cast[DType.float32]()), p2))
-                    s.unsafe_store(j, ftz(mul(c, F1(scale)))[0])
-            else:
-                _scores_f32(qr, kt, a.tmax, hd, nleaves, n_eff, scale, s)
-            _softmax_row(s, n_eff, p)
+                for t in range(gn):
+                    _scores_fixed15(q0.unsafe_offset(t * hd), hd, kcodes, kexp, qcodes, n_eff,
+                                    scale, ws.unsafe_offset(t * srow))
+            elif nleaves == 1:
+                if gn == 4:
+                    j_done = _scores_heads[4](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
+                elif gn == 3:
+                    j_done = _scores_heads[3](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
+                elif gn == 2:
+                    j_done = _scores_heads[2](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
+            if not a.fixed15:
+                for t in range(gn):
+                    _scores_f32(q0.unsafe_offset(t * hd), kt, a.tmax, hd, nleaves, n_eff, scale,
+                                ws.unsafe_offset(t * srow), j_done)
+            for t in range(gn):
+                _softmax_row(ws.unsafe_offset(t * srow), n_eff, p)
             # ---- P.V: one serial fma chain per output element, vectorized across it
-            var orow = ob.unsafe_offset((b * a.length + i) * a.n_heads * hd + h * hd)
-            var c = 0
-            # four column blocks at once: four independent chains in flight, each
-            # output element still one chain over the keys in ascending order
-            while c + 4 * W <= hd:
-                var acc0 = FW(0)
-                var acc1 = FW(0)
-                var acc2 = FW(0)
-                var acc3 = FW(0)
-                for j in range(n_eff):
-                    var wv = FW(s.unsafe_load(j))
-                    var vrow = vc.unsafe_offset(j * hd + c)
-                    acc0 = fma(wv, vrow.unsafe_load[width=W](0), acc0)
-                    acc1 = fma(wv, vrow.unsafe_load[width=W](W), acc1)
-                    acc2 = fma(wv, vrow.unsafe_load[width=W](2 * W), acc2)
-                    acc3 = fma(wv, vrow.unsafe_load[width=W](3 * W), acc3)
-                orow.unsafe_store(c, ftz(acc0))
-                orow.unsafe_store(c + W, ftz(acc1))
-                orow.unsafe_store(c + 2 * W, ftz(acc2))
-                orow.unsafe_store(c + 3 * W, ftz(acc3))
-                c += 4 * W
-            while c + W <= hd:
-                var acc = FW(0)
-                for j in range(n_eff):
-                    acc = fma(FW(s.unsafe_load(j)), vc.unsafe_load[width=W](j * hd + c), acc)
-                orow.unsafe_store(c, ftz(acc))
-                c += W
-            while c < hd:
-                var acc = F1(0)
-                for j in range(n_eff):
-                    acc = fma(F1(s.unsafe_load(j)), F1(vc.unsafe_load(j * hd + c)), acc)
-                orow.unsafe_store(c, ftz(acc)[0])
-                c += 1
+            var c_done = 0
+            if gn == 4:
+                c_done = _pv_heads[4](ws, srow, vc, hd, n_eff, o0)
+            elif gn == 3:
+                c_done = _pv_heads[3](ws, srow, vc, hd, n_eff, o0)
+            elif gn == 2:
+                c_done = _pv_heads[2](ws, srow, vc, hd, n_eff, o0)
+            for t in range(gn):
+                _pv_head(ws.unsafe_offset(t * srow), vc, hd, n_eff, o0.unsafe_offset(t * hd), c_done)
+            hh0 += gn
+
+
+def _scores_fixed15(qr: F32Ptr, hd: Int, kcodes: I32Ptr, kexp: I32Ptr, qcodes: I32Ptr,
+                    n_eff: Int, scale: Float32, s: F32Ptr):
+    """M-21: s[j] = mul(int15i64.v1 cell of q and key j, scale), keys quantized."""
+    var qe = row_exponent(U32Ptr(unsafe_from_address=Int(qr)), hd, INT15_SHIFT)
+    var qsc = quant_scale(qe)
+    var qbits = U32Ptr(unsafe_from_address=Int(qr))
+    for kk in range(hd):
+        qcodes.unsafe_store(kk, codes[1, INT15_CMAX](qbits.unsafe_load(kk), qsc)[0])
+    for j in range(n_eff):
+        var acc = SIMD[DType.int64, 8](0)
+        var kr = kcodes.unsafe_offset(j * hd)
+        var kk = 0
+        while kk + 8 <= hd:
+            acc += qcodes.unsafe_load[width=8](kk).cast[DType.int64]() * kr.unsafe_load[width=8](kk).cast[DType.int64]()
+            kk += 8
+        var sum = acc.reduce_add()
+        while kk < hd:
+            sum += Int64(qcodes.unsafe_load(kk)) * Int64(kr.unsafe_load(kk))
+            kk += 1
+        var e = qe + Int(kexp.unsafe_load(j))
+        var p2 = F1(pow2f(e))
+        var c = ftz(mul(F1(sum.cast[DType.float32]()), p2))
+        s.unsafe_store(j, ftz(mul(c, F1(scale)))[0])
+
+
+def _scores_heads[G: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, n: Int, scale: Float32,
+                          s0: F32Ptr, srow: Int) -> Int:
+    """_scores_f32 for G heads (rows q0 + t * hd, scores s0 + t * srow) that read the
+    same keys, one leaf (hd <= leaf size): every key vector loaded once feeds G chains.
+    Returns the keys done (a multiple of KBM * W); the caller finishes the row."""
+    var j = 0
+    while j + KBM * W <= n:
+        var acc = Array[FW, G * KBM](fill=FW(0))
+        for kk in range(hd):
+            var row = kt.unsafe_offset(kk * tmax + j)
+            var kv = Array[FW, KBM](fill=FW(0))
+            comptime for q in range(KBM):
+                kv[q] = row.unsafe_load[width=W](q * W)
+            comptime for t in range(G):
+                var qv = FW(q0.unsafe_load(t * hd + kk))
+                comptime for q in range(KBM):
+                    acc[t * KBM + q] = fma(qv, kv[q], acc[t * KBM + q])
+        comptime for t in range(G):
+            comptime for q in range(KBM):
+                s0.unsafe_store(t * srow + j + q * W, ftz(mul(ftz(acc[t * KBM + q]), FW(scale))))
+        j += KBM * W
+    return j
+
+
+def _pv_heads[G: Int](s0: F32Ptr, srow: Int, vc: F32Ptr, hd: Int, n: Int, o0: F32Ptr) -> Int:
+    """P.V for G heads (weights s0 + t * srow, outputs o0 + t * hd) over the same values:
+    every value vector loaded once feeds G chains. Returns the columns done (a
+    multiple of KBM * W); the caller finishes the row."""
+    var c = 0
+    while c + KBM * W <= hd:
+        var acc = Array[FW, G * KBM](fill=FW(0))
+        for j in range(n):
+            var vrow = vc.unsafe_offset(j * hd + c)
+            var vv = Array[FW, KBM](fill=FW(0))
+            comptime for q in range(KBM):
+                vv[q] = vrow.unsafe_load[width=W](q * W)
+            comptime for t in range(G):
+                var wv = FW(s0.unsafe_load(t * srow + j))
+                comptime for q in range(KBM):
+                    acc[t * KBM + q] = fma(wv, vv[q], acc[t * KBM + q])
+        comptime for t in range(G):
+            comptime for q in range(KBM):
+                o0.unsafe_store(t * hd + c + q * W, ftz(acc[t * KBM + q]))
+        c += KBM * W
+    return c
+
+
+def _pv_head(s: F32Ptr, vc: F32Ptr, hd: Int, n_eff: Int, orow: F32Ptr, c0: Int):
+    """M-15 for one head from column c0: out_c = serial fma chain over the keys."""
+    var c = c0
+    # four column blocks at once: four independent chains in flight, each
+    # output element still one chain over the keys in ascending order
+    while c + 4 * W <= hd:
+        var acc0 = FW(0)
+        var acc1 = FW(0)
+        var acc2 = FW(0)
+        var acc3 = FW(0)
+        for j in range(n_eff):
+            var wv = FW(s.unsafe_load(j))
+            var vrow = vc.unsafe_offset(j * hd + c)
+            acc0 = fma(wv, vrow.unsafe_load[width=W](0), acc0)
+            acc1 = fma(wv, vrow.unsafe_load[width=W](W), acc1)
+            acc2 = fma(wv, vrow.unsafe_load[width=W](2 * W), acc2)
+            acc3 = fma(wv, vrow.unsafe_load[width=W](3 * W), acc3)
+        orow.unsafe_store(c, ftz(acc0))
+        orow.unsafe_store(c + W, ftz(acc1))
+        orow.unsafe_store(c + 2 * W, ftz(acc2))
+        orow.unsafe_store(c + 3 * W, ftz(acc3))
+        c += 4 * W
+    while c + W <= hd:
+        var acc = FW(0)
+        for j in range(n_eff):
+            acc = fma(FW(s.unsafe_load(j)), vc.unsafe_load[width=W](j * hd + c), acc)
+        orow.unsafe_store(c, ftz(acc))
+        c += W
+    while c < hd:
+        var acc = F1(0)
+        for j in range(n_eff):
+            acc = fma(F1(s.unsafe_load(j)), F1(vc.unsafe_load(j * hd + c)), acc)
+        orow.unsafe_store(c, ftz(acc)[0])
+        c += 1
 
 
 @always_inline
@@ -210,9 +309,10 @@ def _all_finite_rows(v: F32Ptr, rows: Int, hd: Int) -> Bool:
     return True
 
 
-def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int, scale: Float32, s: F32Ptr):
-    """s[j] = mul(fp32.v1 dot(q, key j), scale) for j < n (M-11, M-6), keys as columns."""
-    var j = 0
+def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int, scale: Float32,
+                s: F32Ptr, j0: Int):
+    """s[j] = mul(fp32.v1 dot(q, key j), scale) for j0 <= j < n (M-11, M-6), keys as columns."""
+    var j = j0
     while j + KB * W <= n:
         var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
         for lf in range(nleaves):
