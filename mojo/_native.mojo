@@ -1,15 +1,16 @@
 """The mojolearn extension module: one entry per kernel, taking plain integers
 (addresses, sizes, task count) from the Python layer, which has already
-validated every argument. Each entry releases the GIL while it computes and runs
-its tasks on MAX's worker pool; every task sets the contract floating-point
-state (DAZ on, FTZ off, round to nearest) and restores the previous one.
+validated every argument. Each entry computes through common.tasks.run_tasks,
+the one helper that releases the GIL, runs the tasks on MAX's worker pool and sets
+the contract floating-point state (DAZ on, FTZ off, round to nearest) around every
+step, restoring the previous one.
 """
-from std.python import Python, PythonObject
+from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.os import abort
 
 from common.ptr import ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32, ptr_i64, ptr_u8
-from common.fpstate import enter_contract_mode, leave_contract_mode, read_mxcsr, write_mxcsr
+from common.fpstate import read_mxcsr, write_mxcsr
 from common.tasks import chunk_bounds, run_tasks
 from convert.cpu.bf16 import narrow_chunk, widen_chunk
 from convert.cpu.quant import (

@@ -104,6 +104,19 @@ RULE_CONSTANTS = {
     "int15 clamp (W-1)": r"\b16383\b",
     "round to nearest even of the codes (L-4)": r"roundeven",
     "smallest normal, for DAZ / ftz (6.1)": r"0x00800000",
+    "int15 planes joined by shifts, hi << 7 and HH << 14 (W-2)": r"<<\s*(?:7|14)\b",
+}
+# Second spellings of a rule that must not appear in code anywhere under mojo/ outside
+# mojo/arith/ (files: a glob under mojo/): the rule's function is called instead.
+FORBIDDEN_OUTSIDE_ARITH = {
+    "a leaf-size constant instead of arith.tree.leaf_size (6.2)":
+        ("**/*.mojo", r"\bcomptime\s+\w*LEAF\w*\s*="),
+    "a leaf count spelled (k + L - 1) // L instead of arith.tree.leaf_count (6.2)":
+        ("**/*.mojo", r"\+\s*(?:leaf|LEAF|L|l)\s*-\s*1\s*\)\s*//\s*(?:leaf|LEAF|L|l)\b"),
+    "fp32.v1's chain step as a bare fma instead of arith.tree.chain_step(_daz) (6.3)":
+        ("gemm/cpu/*.mojo", r"\bfma\("),
+    "an int15 code joined as hi * 128 + lo instead of arith.quant.join15* (W-2)":
+        ("**/*.mojo", r"\)\s*\*\s*128\s*\+"),
 }
 
 
@@ -159,3 +172,22 @@ def test_rule_id_pattern_is_strict():
     assert re.search(_fp_id_pattern("8"), "8: k = 0 gives +0.0")
     assert not re.search(_fp_id_pattern("8"), "k = 8 gives one leaf")
     assert not re.search(_fp_id_pattern("6.1"), "version 16.1")
+
+
+def test_no_second_spelling_outside_arith():
+    """Contracts 6.2, 6.3, W-2: no kernel spells a rule the arithmetic layer defines
+    (a leaf-size constant, a leaf count of its own, the fp32.v1 chain step as a bare fma
+    in the GEMM kernels, an int15 join by hand); each calls the rule's one home."""
+    bad = {}
+    for name, (glob, pat) in FORBIDDEN_OUTSIDE_ARITH.items():
+        files = [str(f.relative_to(ROOT)) for f in sorted((ROOT / "mojo").glob(glob))
+                 if ARITH not in f.parents and re.search(pat, _code_only(f.read_text()))]
+        if files:
+            bad[name] = files
+    assert not bad, f"second spellings of a rule outside mojo/arith/: {bad}"
+    # the patterns do find the homes' own spellings (a pattern that matches nothing
+    # anywhere would pass vacuously)
+    arith = " ".join(_code_only(f.read_text()) for f in sorted(ARITH.glob("*.mojo")))
+    for name in ("a leaf count spelled (k + L - 1) // L instead of arith.tree.leaf_count (6.2)",
+                 "fp32.v1's chain step as a bare fma instead of arith.tree.chain_step(_daz) (6.3)"):
+        assert re.search(FORBIDDEN_OUTSIDE_ARITH[name][1], arith), name

@@ -22,6 +22,27 @@ print("ok", mojolearn.vendor())
 """
 
 
+def test_wheel_carries_the_native_stubs(monkeypatch):
+    """Packaging: the build configuration (pyproject.toml read by setuptools, as a wheel
+    build reads it) copies the .pyi stub of every native module into the package, so
+    an installed mojolearn is typed. Resolved by setuptools' build_py without building;
+    pyproject.toml declares them as package data, and a stub left out or excluded fails."""
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    from mojolearn import _native_api as api
+
+    monkeypatch.chdir(ROOT)
+    dist = Distribution()
+    apply_configuration(dist, ROOT / "pyproject.toml")
+    cmd = dist.get_command_obj("build_py")
+    cmd.ensure_finalized()
+    shipped = {f for pkg, _src, _dst, files in cmd.data_files if pkg == "mojolearn" for f in files}
+    stubs = {p.name for p in api.stub_paths()}
+    assert stubs == {p.name for p in (ROOT / "python" / "mojolearn").glob("*.pyi")}
+    assert stubs <= shipped, f"stubs left out of the wheel: {sorted(stubs - shipped)}"
+
+
 @pytest.mark.slow
 def test_wheel_installs_and_imports_in_fresh_venv(tmp_path):
     """Packaging: pip wheel . -> fresh venv -> import mojolearn and run a kernel."""

@@ -88,9 +88,28 @@ def split15[w: Int](code: SIMD[DType.int32, w]) -> Tuple[SIMD[DType.int8, w], SI
 
 
 @always_inline
+def join15_sums[d: DType, w: Int](hi: SIMD[d, w], lo: SIMD[d, w]) -> SIMD[d, w]:
+    """W-2 read back: hi * 128 + lo, exact in an integer type d wide enough. On one
+    code's planes it is the code; on sums over k of x * hi and x * lo it is the sum of
+    x * code (the int15 GEMMs that multiply B's planes separately join their sums so)."""
+    return (hi << 7) + lo
+
+
+@always_inline
 def join15[w: Int](hi: SIMD[DType.int8, w], lo: SIMD[DType.int8, w]) -> SIMD[DType.int32, w]:
-    """The 15-bit code hi * 128 + lo (W-2 read back)."""
-    return hi.cast[DType.int32]() * 128 + lo.cast[DType.int32]()
+    """The 15-bit code hi * 128 + lo (W-2 read back), as int32."""
+    return join15_sums[DType.int32, w](hi.cast[DType.int32](), lo.cast[DType.int32]())
+
+
+@always_inline
+def join15_products[w: Int](
+    hh: SIMD[DType.int64, w], hl: SIMD[DType.int64, w], lh: SIMD[DType.int64, w], ll: SIMD[DType.int64, w]
+) -> SIMD[DType.int64, w]:
+    """The int15 sum S = sum over k of (128 ah + al) * (128 bh + bl) from the sums of
+    the four plane products (HH = sum ah * bh, HL = sum ah * bl, LH = sum al * bh,
+    LL = sum al * bl): join15_sums applied to both operands,
+    2**14 HH + 2**7 (HL + LH) + LL, exact in int64 (|S| < 2**45 in the W-4 domain)."""
+    return (hh << 14) + ((hl + lh) << 7) + ll
 
 
 @always_inline

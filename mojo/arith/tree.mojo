@@ -1,10 +1,10 @@
 """fp32.v1's reduction: the leaf size, the chain step and the tree step
 (contract rules 6.2, 6.3, 6.4 in contracts/gemm/IDENTICAL_FP32_CONTRACT.md).
 
-The CPU micro-kernels run the chain with the hardware's DAZ on (which reads a
-subnormal accumulator as the signed zero the per-step flush would give) and flush
-the value leaving the registers with ftz; the GPU bodies and the reference loops
-call chain_step itself. Both give the bits of chain_step.
+The CPU kernels run the chain with chain_step_daz under the hardware's DAZ (which
+reads a subnormal accumulator as the signed zero the per-step flush would give) and
+flush the value leaving the registers with ftz; the GPU bodies and the reference
+loops call chain_step itself. Both give the bits of chain_step.
 """
 from std.math import fma
 from arith.fp import _ftz
@@ -29,6 +29,22 @@ def chain_step[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], acc
     """Rule: 6.3
     One step of a leaf's chain: acc = ftz(fma(a, b, acc)), from acc = +0, kk ascending."""
     return _ftz[w](fma(a, b, acc))
+
+
+@always_inline
+def chain_step_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], acc: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """chain_step (rule 6.3) for a caller under the contract floating-point state
+    (common.fpstate: DAZ on, FTZ off): the bare fma, flush deferred.
+
+    Same bits: DAZ makes the next fma read a subnormal acc (and a, b) as the zero of
+    the same sign, which is what chain_step's flush of the previous step gives, and
+    FTZ off keeps a result that rounds up to 2**-126; so a chain of these steps, with
+    ftz applied once to the value that leaves the registers, equals the chain of
+    chain_step. Why the CPU kernels take this form: chain_step at SIMD width compiles
+    to vfmadd231ps followed by vandps, vpcmpltd and a masked vandps, three more
+    instructions on the chain's critical path per fma (the fp32 micro-kernel is
+    fma-bound: 2-3x slower); this form is the vfmadd231ps alone."""
+    return fma(a, b, acc)
 
 
 @always_inline

@@ -16,11 +16,23 @@ def chunk_bounds(n: Int, parts: Int, t: Int, align: Int) -> Tuple[Int, Int]:
     return (min(s * align, n), min(e * align, n))
 
 
-def run_tasks[F: def(Int) -> None](work: F, tasks: Int):
-    """The one way an entry runs its tasks: release the GIL, run work(0) .. work(tasks - 1)
-    on MAX's worker pool (inline when tasks == 1), each task under the contract's
-    floating-point state (DAZ on, FTZ off, round to nearest; the previous MXCSR is
-    restored after), then take the GIL back."""
+@always_inline
+def nothing():
+    """A step that does nothing (the default prepare / finish of run_tasks)."""
+    pass
+
+
+def run_tasks[
+    P: def() -> None, F: def(Int) -> None, A: def() -> None
+](prepare: P, work: F, tasks: Int, finish: A):
+    """The one way an entry runs its kernels: release the GIL; prepare() on the calling
+    thread; work(0) .. work(tasks - 1) on MAX's worker pool (inline when tasks == 1);
+    finish() on the calling thread once every task has returned; then take the GIL
+    back. Every step runs under the contract's floating-point state (DAZ on, FTZ off,
+    round to nearest, exceptions masked; the thread's previous MXCSR is restored
+    after). prepare and finish are for the serial steps around the parallel one (a
+    shared operand made once, the root of a split reduction), so the GIL is released
+    once per call."""
     ref cpy = Python().cpython()
     var st = cpy.PyEval_SaveThread()
 
@@ -29,8 +41,17 @@ def run_tasks[F: def(Int) -> None](work: F, tasks: Int):
         work(t)
         leave_contract_mode(old)
 
+    var old = enter_contract_mode()
+    prepare()
     if tasks == 1:
-        task(0)
+        work(0)
     else:
         parallelize(task, tasks)
+    finish()
+    leave_contract_mode(old)
     cpy.PyEval_RestoreThread(st)
+
+
+def run_tasks[F: def(Int) -> None](work: F, tasks: Int):
+    """run_tasks(nothing, work, tasks, nothing)."""
+    run_tasks(nothing, work, tasks, nothing)

@@ -35,6 +35,7 @@ from gemm.cpu.blocking import AMX_B_CHUNK_BYTES as B_CHUNK_BYTES
 from gemm.cpu.blocking import AMX_KC_BLOCKS as KC_BLOCKS  # k-blocks (of 64 bytes) per k-chunk: a 16 KiB B pair in L1
 from gemm.cpu.int_gemm import IntArgs, store_scaled
 from gemm.cpu.ukernel_int import IW
+from arith.quant import join15_products
 
 comptime CFG_WORDS = 16  # 64-byte tile configuration
 comptime CBUF_WORDS = 32 * 32  # the 32 x 32 int32 output block
@@ -240,7 +241,7 @@ def amx_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                                 var hl = cb.unsafe_load[width=IW](i * 32 + 16).cast[DType.int64]()
                                 var lh = cb.unsafe_load[width=IW]((16 + i) * 32).cast[DType.int64]()
                                 var ll = cb.unsafe_load[width=IW]((16 + i) * 32 + 16).cast[DType.int64]()
-                                var s = (hh << 14) + ((hl + lh) << 7) + ll
+                                var s = join15_products[IW](hh, hl, lh, ll)
                                 store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
                     kb0 += kbc
             ic += mc_max

@@ -32,6 +32,7 @@ from gemm.cpu.blocking import AVX2_V as AV  # int32 lanes per vector
 from gemm.cpu.blocking import AVX2_A_BLOCK_BYTES as A_BLOCK_BYTES
 from gemm.cpu.blocking import AVX2_B_CHUNK_BYTES as B_CHUNK_BYTES
 from gemm.cpu.int_gemm import IntArgs, store_scaled
+from arith.quant import join15_sums
 
 comptime FLUSH_PAIRS = 256  # int15: k-pairs summed in int32 before moving to int64
 comptime ACC15_WORDS = 2 * AMR15 * ANR * 2  # int64 sums of one int15 tile, as words
@@ -64,7 +65,7 @@ def avx2_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
 @always_inline
 def _code(hi: I8Ptr, lo: I8Ptr, int15: Bool, off: Int) -> Int16:
     if int15:
-        return Int16(hi.unsafe_load(off)) * 128 + Int16(lo.unsafe_load(off))
+        return join15_sums[DType.int16, 1](Int16(hi.unsafe_load(off)), Int16(lo.unsafe_load(off)))
     return Int16(hi.unsafe_load(off))
 
 
@@ -231,7 +232,7 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
                             var r = ic + ip + i
                             var hs = s64.unsafe_load[width=2 * AV](2 * i * AV)
                             var ls = s64.unsafe_load[width=2 * AV]((2 * AMR15 + 2 * i) * AV)
-                            var s = (hs << 7) + ls
+                            var s = join15_sums[DType.int64, 2 * AV](hs, ls)
                             store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
             ic += mc_max
         jc += nc_max

@@ -1,13 +1,12 @@
 """Registration of the CPU GEMM entries in the extension module, and the split of
-one call into tasks (each task owns a rectangle of the output)."""
-from std.python import Python, PythonObject
+one call into tasks (each task owns a rectangle of the output). Every entry runs its
+kernels through common.tasks.run_tasks (GIL, floating-point state, worker pool)."""
+from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
-from max.algorithm import parallelize
 from common.ptr import F32Ptr
-from common.fpstate import enter_contract_mode, leave_contract_mode
-from common.tasks import chunk_bounds
+from common.tasks import chunk_bounds, run_tasks, nothing
 from gemm.cpu.blocking import MR, NR, MC, round_up
-from arith.tree import leaf_size, tree_add
+from arith.tree import leaf_count, tree_add
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
 from gemm.cpu.int_gemm import IntArgs, int_block, int_ws
 from gemm.cpu.int_rows import INT_ROWS_MAX, a_codes, int_rows
@@ -35,126 +34,122 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         _arg(args, 9) != 0, _arg(args, 11) != 0,
     )
     var tasks = max(1, _arg(args, 10))
+    if g.k == 0:
+        def zero(t: Int) {imm g}:
+            var cz = F32Ptr(unsafe_from_address=g.c)
+            for i in range(g.m * g.n):
+                cz.unsafe_store(i, Float32(0))
+
+        run_tasks(zero, 1)
+        return PythonObject(0)
     var ws_addr = _arg(args, 12)
     var ws_bytes = _arg(args, 13)
     var m = g.m
     var n = g.n
-    var need_total = 0
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-    if g.k == 0:
-        var cz = F32Ptr(unsafe_from_address=g.c)
-        for i in range(m * n):
-            cz.unsafe_store(i, Float32(0))
+    # split the columns when there are enough NR panels, else the rows
+    var npan = (n + NR - 1) // NR
+    var mpan = (m + MR - 1) // MR
+    var small_m = m <= MC
+    var rows_path = m <= ROWS_MAX and not g.b_bf16
+    var split_n = small_m or npan >= 2 * tasks or npan >= mpan
+    var units = npan if split_n else mpan
+    var t_count = max(1, min(tasks, units))
+    var rows = m
+    var cols = n
+    if split_n:
+        cols = chunk_bounds(n, t_count, 0, NR)[1]
     else:
-        # split the columns when there are enough NR panels, else the rows
-        var npan = (n + NR - 1) // NR
-        var mpan = (m + MR - 1) // MR
-        var small_m = m <= MC
-        var rows_path = m <= ROWS_MAX and not g.b_bf16
-        var split_n = small_m or npan >= 2 * tasks or npan >= mpan
-        var units = npan if split_n else mpan
-        var t_count = max(1, min(tasks, units))
-        var rows = m
-        var cols = n
-        if split_n:
-            cols = chunk_bounds(n, t_count, 0, NR)[1]
-        else:
-            rows = chunk_bounds(m, t_count, 0, MR)[1]
-        var per_task = f32_small_ws(g, rows, cols) if small_m else f32_block_ws(g, rows, cols)
-        var kparts = 1
-        var L = leaf_size(g.k)
-        var nleaves = (g.k + L - 1) // L
-        var psplit = split_point(nleaves)
+        rows = chunk_bounds(m, t_count, 0, MR)[1]
+    var per_task = f32_small_ws(g, rows, cols) if small_m else f32_block_ws(g, rows, cols)
+    var kparts = 1
+    var nleaves = leaf_count(g.k)
+    var psplit = split_point(nleaves)
+    if rows_path:
+        # decode shapes: split the leaf tree at its root between two tasks so each
+        # streams whole rows of B; other tasks split the columns
+        if tasks >= 2 and nleaves >= 2:
+            kparts = 2
+        t_count = kparts * max(1, min(tasks // kparts, npan))
+        cols = chunk_bounds(n, t_count // kparts, 0, NR)[1]
+        per_task = rows_ws(g, cols) + round_up(m * cols, 16)
+    var need_total = per_task * t_count * 4
+    var own = ws_bytes < need_total
+    var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
+        per_task * t_count, alignment=64
+    ).unsafe_origin_cast[MutAnyOrigin]()
+
+    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm kparts, imm nleaves, imm psplit}:
+        var w = ws.unsafe_offset(t * per_task)
         if rows_path:
-            # decode shapes: split the leaf tree at its root between two tasks so each
-            # streams whole rows of B; other tasks split the columns
-            if tasks >= 2 and nleaves >= 2:
-                kparts = 2
-            t_count = kparts * max(1, min(tasks // kparts, npan))
-            cols = chunk_bounds(n, t_count // kparts, 0, NR)[1]
-            per_task = rows_ws(g, cols) + round_up(m * cols, 16)
-        need_total = per_task * t_count * 4
-        var own = ws_bytes < need_total
-        var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
-            per_task * t_count, alignment=64
-        ).unsafe_origin_cast[MutAnyOrigin]()
-
-        def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm kparts, imm nleaves, imm psplit}:
-            var w = ws.unsafe_offset(t * per_task)
-            var old = enter_contract_mode()
-            if rows_path:
-                var kp = t % kparts
-                var b = chunk_bounds(g.n, t_count // kparts, t // kparts, NR)
-                var cptr = F32Ptr(unsafe_from_address=g.c)
-                if kparts == 1:
-                    f32_rows(g, 0, g.m, b[0], b[1], 0, nleaves, cptr.unsafe_offset(b[0]), g.n, w)
-                elif kp == 0:
-                    f32_rows(g, 0, g.m, b[0], b[1], 0, psplit, cptr.unsafe_offset(b[0]), g.n, w)
-                else:
-                    var tmp = w.unsafe_offset(per_task - round_up(g.m * (b[1] - b[0]), 16))
-                    f32_rows(g, 0, g.m, b[0], b[1], psplit, nleaves, tmp, b[1] - b[0], w)
-            elif split_n:
-                var b = chunk_bounds(g.n, t_count, t, NR)
-                if small_m:
-                    f32_block_small_m(g, 0, g.m, b[0], b[1], w)
-                else:
-                    f32_block(g, 0, g.m, b[0], b[1], w)
-            else:
-                var b = chunk_bounds(g.m, t_count, t, MR)
-                f32_block(g, b[0], b[1], 0, g.n, w)
-            leave_contract_mode(old)
-
-        if t_count == 1:
-            work(0)
-        else:
-            parallelize(work, t_count)
-        if rows_path and kparts == 2:
-            # the root of the tree: C = ftz(left + right), the right subtree having been
-            # left by task (2c + 1) at the end of its workspace
-            var old = enter_contract_mode()
+            var kp = t % kparts
+            var b = chunk_bounds(g.n, t_count // kparts, t // kparts, NR)
             var cptr = F32Ptr(unsafe_from_address=g.c)
-            for cp in range(t_count // 2):
-                var b = chunk_bounds(n, t_count // 2, cp, NR)
-                var w1 = ws.unsafe_offset((2 * cp + 1) * per_task)
-                var nc = b[1] - b[0]
-                var tmp = w1.unsafe_offset(per_task - round_up(m * nc, 16))
-                for i in range(m):
-                    for j in range(nc):
-                        var x = tree_add[1](cptr.unsafe_load(i * n + b[0] + j), tmp.unsafe_load(i * nc + j))
-                        cptr.unsafe_store(i * n + b[0] + j, x[0])
-            leave_contract_mode(old)
-        if own:
-            ws.unsafe_free()
-        if g.sabotage and rows_path:
-            # SABOTAGE ONLY (conformance --sabotage): the rows path flips C[0, 0]'s low bit
-            var cb = U32Ptr(unsafe_from_address=g.c)
-            cb.unsafe_store(0, cb.unsafe_load(0) ^ 1)
-    cpy.PyEval_RestoreThread(st)
+            if kparts == 1:
+                f32_rows(g, 0, g.m, b[0], b[1], 0, nleaves, cptr.unsafe_offset(b[0]), g.n, w)
+            elif kp == 0:
+                f32_rows(g, 0, g.m, b[0], b[1], 0, psplit, cptr.unsafe_offset(b[0]), g.n, w)
+            else:
+                var tmp = w.unsafe_offset(per_task - round_up(g.m * (b[1] - b[0]), 16))
+                f32_rows(g, 0, g.m, b[0], b[1], psplit, nleaves, tmp, b[1] - b[0], w)
+        elif split_n:
+            var b = chunk_bounds(g.n, t_count, t, NR)
+            if small_m:
+                f32_block_small_m(g, 0, g.m, b[0], b[1], w)
+            else:
+                f32_block(g, 0, g.m, b[0], b[1], w)
+        else:
+            var b = chunk_bounds(g.m, t_count, t, MR)
+            f32_block(g, b[0], b[1], 0, g.n, w)
+
+    def root() {imm g, imm t_count, imm ws, imm per_task, imm kparts}:
+        # the root of the tree when two tasks split it: C = ftz(left + right), the
+        # right subtree having been left by task (2c + 1) at the end of its workspace
+        if kparts != 2:
+            return
+        var cptr = F32Ptr(unsafe_from_address=g.c)
+        for cp in range(t_count // 2):
+            var b = chunk_bounds(g.n, t_count // 2, cp, NR)
+            var w1 = ws.unsafe_offset((2 * cp + 1) * per_task)
+            var nc = b[1] - b[0]
+            var tmp = w1.unsafe_offset(per_task - round_up(g.m * nc, 16))
+            for i in range(g.m):
+                for j in range(nc):
+                    var x = tree_add[1](cptr.unsafe_load(i * g.n + b[0] + j), tmp.unsafe_load(i * nc + j))
+                    cptr.unsafe_store(i * g.n + b[0] + j, x[0])
+
+    run_tasks(nothing, work, t_count, root)
+    if own:
+        ws.unsafe_free()
+    if g.sabotage and rows_path:
+        # SABOTAGE ONLY (conformance --sabotage): the rows path flips C[0, 0]'s low bit
+        var cb = U32Ptr(unsafe_from_address=g.c)
+        cb.unsafe_store(0, cb.unsafe_load(0) ^ 1)
     return PythonObject(need_total)
 
 
-def _int_rows_call(g: IntArgs, tasks: Int):
-    """Decode shapes (m <= INT_ROWS_MAX): B streamed as stored, columns split over tasks."""
-    var ac = unsafe_alloc[Int32](max(1, g.m * g.k), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
-    a_codes(g, ac)
-    var t_count = max(1, min(tasks, (g.n + 63) // 64))
-
-    def work(t: Int) {imm g, imm ac, imm t_count}:
-        var old = enter_contract_mode()
-        var b = chunk_bounds(g.n, t_count, t, 16)
-        int_rows(g, ac, b[0], b[1])
-        leave_contract_mode(old)
-
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
-    ac.unsafe_free()
+def _sabotage(g: IntArgs):
+    """SABOTAGE ONLY (conformance --sabotage): flip the low bit of C[0, 0]."""
     if g.sabotage:
-        # SABOTAGE ONLY (conformance --sabotage): flip the low bit of C[0, 0]
         var c = U32Ptr(unsafe_from_address=g.c)
         c.unsafe_store(0, c.unsafe_load(0) ^ 1)
+
+
+def _int_rows_call(g: IntArgs, tasks: Int):
+    """Decode shapes (m <= INT_ROWS_MAX): B streamed as stored, columns split over tasks;
+    A's codes are made once, before the tasks."""
+    var ac = unsafe_alloc[Int32](max(1, g.m * g.k), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var t_count = max(1, min(tasks, (g.n + 63) // 64))
+
+    def prepare() {imm g, imm ac}:
+        a_codes(g, ac)
+
+    def work(t: Int) {imm g, imm ac, imm t_count}:
+        var b = chunk_bounds(g.n, t_count, t, 16)
+        int_rows(g, ac, b[0], b[1])
+
+    run_tasks(prepare, work, t_count, nothing)
+    ac.unsafe_free()
+    _sabotage(g)
 
 
 def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
@@ -186,35 +181,22 @@ def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
 
     def work(t: Int) {imm g, imm t_count, imm split_n, imm ws, imm per_task}:
         var w = ws.unsafe_offset(t * per_task)
-        var old = enter_contract_mode()
-        if split_n:
-            var b = chunk_bounds(g.n, t_count, t, INR)
-            comptime if CompilationTarget.has_intel_amx():
-                amx_block(g, 0, g.m, b[0], b[1], w)
-            elif not CompilationTarget.has_avx512f():
-                avx2_block(g, 0, g.m, b[0], b[1], w)
-            else:
-                int_block(g, 0, g.m, b[0], b[1], w)
+        var b = chunk_bounds(g.n, t_count, t, INR) if split_n else chunk_bounds(g.m, t_count, t, IMR)
+        var i_lo = 0 if split_n else b[0]
+        var i_hi = g.m if split_n else b[1]
+        var j_lo = b[0] if split_n else 0
+        var j_hi = b[1] if split_n else g.n
+        comptime if CompilationTarget.has_intel_amx():
+            amx_block(g, i_lo, i_hi, j_lo, j_hi, w)
+        elif not CompilationTarget.has_avx512f():
+            avx2_block(g, i_lo, i_hi, j_lo, j_hi, w)
         else:
-            var b = chunk_bounds(g.m, t_count, t, IMR)
-            comptime if CompilationTarget.has_intel_amx():
-                amx_block(g, b[0], b[1], 0, g.n, w)
-            elif not CompilationTarget.has_avx512f():
-                avx2_block(g, b[0], b[1], 0, g.n, w)
-            else:
-                int_block(g, b[0], b[1], 0, g.n, w)
-        leave_contract_mode(old)
+            int_block(g, i_lo, i_hi, j_lo, j_hi, w)
 
-    if t_count == 1:
-        work(0)
-    else:
-        parallelize(work, t_count)
+    run_tasks(work, t_count)
     if own:
         ws.unsafe_free()
-    if g.sabotage:
-        # SABOTAGE ONLY (conformance --sabotage): flip the low bit of C[0, 0]
-        var c = U32Ptr(unsafe_from_address=g.c)
-        c.unsafe_store(0, c.unsafe_load(0) ^ 1)
+    _sabotage(g)
     return need
 
 
@@ -224,14 +206,7 @@ def gemm_int8(args: PythonObject) raises -> PythonObject:
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0,
     )
-    var tasks = max(1, _arg(args, 8))
-    var ws_addr = _arg(args, 10)
-    var ws_bytes = _arg(args, 11)
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-    var need = _int_call(g, tasks, ws_addr, ws_bytes)
-    cpy.PyEval_RestoreThread(st)
-    return PythonObject(need)
+    return PythonObject(_int_call(g, max(1, _arg(args, 8)), _arg(args, 10), _arg(args, 11)))
 
 
 def gemm_int15(args: PythonObject) raises -> PythonObject:
@@ -241,14 +216,7 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
         _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9), True,
         _arg(args, 11) != 0,
     )
-    var tasks = max(1, _arg(args, 10))
-    var ws_addr = _arg(args, 12)
-    var ws_bytes = _arg(args, 13)
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-    var need = _int_call(g, tasks, ws_addr, ws_bytes)
-    cpy.PyEval_RestoreThread(st)
-    return PythonObject(need)
+    return PythonObject(_int_call(g, max(1, _arg(args, 10)), _arg(args, 12), _arg(args, 13)))
 
 
 def register_gemm(mut m: PythonModuleBuilder) raises:

@@ -12,7 +12,7 @@ MC x NC block - packing panels only, bounded by PACK_B_BYTES.
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
 from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, round_up
-from arith.tree import leaf_size, bit_length
+from arith.tree import leaf_size, leaf_count, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
@@ -42,7 +42,7 @@ def nc_for(k: Int, ncols: Int) -> Int:
 def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
     """Workspace floats f32_block needs for a block of i_rows x j_cols."""
     var L = leaf_size(g.k)
-    var nleaves = (g.k + L - 1) // L
+    var nleaves = leaf_count(g.k)
     var nc_max = nc_for(g.k, j_cols)
     var mc_pad = round_up(min(MC, i_rows), MR)
     var nslots = mc_pad * nc_max * bit_length(nleaves) if nleaves > 1 else NR
@@ -59,7 +59,7 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var lda = m if g.trans_a else k
     var ldb = k if g.trans_b else n
     var L = leaf_size(k)
-    var nleaves = (k + L - 1) // L
+    var nleaves = leaf_count(k)
     var levels = bit_length(nleaves)
     var nc_max = nc_for(k, j_hi - j_lo)
     var mc_pad = round_up(min(MC, i_hi - i_lo), MR)
@@ -101,7 +101,7 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
 def f32_small_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
     """Workspace floats f32_block_small_m needs for a block of i_rows x j_cols."""
     var L = leaf_size(g.k)
-    var nleaves = (g.k + L - 1) // L
+    var nleaves = leaf_count(g.k)
     var mpan = (i_rows + MR - 1) // MR
     var ncs = min(NCS, round_up(j_cols, NR))
     var slots = mpan * MR * ncs * max(bit_length(nleaves), 1)
@@ -121,7 +121,7 @@ def f32_block_small_m(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, w
     var lda = g.m if g.trans_a else k
     var ldb = k if g.trans_b else n
     var L = leaf_size(k)
-    var nleaves = (k + L - 1) // L
+    var nleaves = leaf_count(k)
     var levels = bit_length(nleaves)
     var mc = i_hi - i_lo
     var mpan = (mc + MR - 1) // MR

@@ -15,7 +15,7 @@ from gemm.cpu.blocking import round_up, IMC, INT_PACK_B_BYTES
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
 from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2a, ukernel_int_2b
 from arith.fp import pow2f_w
-from arith.quant import scale_pow2
+from arith.quant import scale_pow2, join15_products
 
 
 
@@ -174,7 +174,7 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                                     var cl = cs_l.unsafe_load[width=IW](jj)
                                     var lh = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
                                     var ll = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
-                                    var s = (hh[i * INV + v] << 14) + ((mid[i * INV + v] + lh) << 7) + ll
+                                    var s = join15_products[IW](hh[i * INV + v], mid[i * INV + v], lh, ll)
                                     var f = s.cast[DType.float32]()
                                     store_scaled(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
             ic += IMC

@@ -1,18 +1,18 @@
 """fp32.v1 for a few rows (m <= 4) against a float32 B: the decode shape.
 
 Same arithmetic as the micro-kernel path (contract 6.3/6.4): per output, one
-sequential FMA chain per leaf from +0, leaves merged by the binary-counter tree.
+sequential chain of arith.tree.chain_step_daz per leaf from +0, leaves merged by
+the binary-counter tree.
 Only the loop order differs: B is streamed row by row (kk outer, columns inner),
 which is how B arrives in memory in the NN layout (no packing at all); in the NT
 layout each leaf's B block is transposed in chunks of TCHUNK columns first. The
 per-output leaf accumulators live in a small L1 buffer instead of registers.
 """
-from std.math import fma
 from common.ptr import F32Ptr, U16Ptr
 from gemm.cpu.blocking import W, round_up, ROWS_MAX, PF_ROWS, NTG, TCHUNK
 from arith.fp import ftz
 from arith.bf16 import widen
-from arith.tree import leaf_size, bit_length, trailing_ones, tree_add
+from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
 from gemm.cpu.fp32_v1 import GemmArgs
 from gemm.cpu.pack_f32 import transpose16
 from std.collections import Array
@@ -22,7 +22,7 @@ from std.sys.intrinsics import prefetch
 
 def rows_ws(g: GemmArgs, cols: Int) -> Int:
     var L = leaf_size(g.k)
-    var nleaves = (g.k + L - 1) // L
+    var nleaves = leaf_count(g.k)
     var per = round_up(cols, 16) * ROWS_MAX
     return per * (1 + max(bit_length(nleaves), 1)) + TCHUNK * L
 
@@ -54,12 +54,12 @@ def _leaf_rows[R: Int](
             var bv = row.unsafe_load[width=W](v * W)
             comptime for i in range(R):
                 var p = acc.unsafe_offset(i * stride + v * W)
-                p.unsafe_store(0, fma(SIMD[DType.float32, W](av[i]), bv, p.unsafe_load[width=W](0)))
+                p.unsafe_store(0, chain_step_daz[W](SIMD[DType.float32, W](av[i]), bv, p.unsafe_load[width=W](0)))
         for j in range(nvec * W, nc):
             var bs = row.unsafe_load(j)
             comptime for i in range(R):
                 var p = acc.unsafe_offset(i * stride + j)
-                p.unsafe_store(0, fma(av[i], bs, p.unsafe_load(0)))
+                p.unsafe_store(0, chain_step_daz[1](av[i], bs, p.unsafe_load(0)))
 
 
 def split_point(nleaves: Int) -> Int:
@@ -126,7 +126,7 @@ def _leaf_nt_fused[R: Int](
             transpose16(blk)
             comptime for t in range(16):
                 comptime for i in range(R):
-                    acc[i * 4 + gb] = fma(SIMD[DType.float32, 16](avec[i][t]), blk[t], acc[i * 4 + gb])
+                    acc[i * 4 + gb] = chain_step_daz[16](SIMD[DType.float32, 16](avec[i][t]), blk[t], acc[i * 4 + gb])
         kb += 16
     comptime for i in range(R):
         comptime for gb in range(NTG):

@@ -1,14 +1,14 @@
 """fp32.v1 micro-kernel: one leaf of one MR x NR register tile (contract 6.3).
 
 For every output of the tile: acc = +0; for kk ascending over the leaf:
-acc = fma(a[i, kk], b[kk, j], acc) - a true fused multiply-add. The caller runs
-with DAZ on and FTZ off: a subnormal accumulator is read back as the signed zero
-the contract's per-step flush would give, so no per-step compare is needed; the
-value leaving the registers is flushed explicitly by the epilogue.
+acc = chain_step_daz(a[i, kk], b[kk, j], acc) (arith.tree: rule 6.3's step under the
+contract floating-point state, DAZ on and FTZ off, one true fused multiply-add; the
+per-step flush is left to DAZ, and the value leaving the registers is flushed
+explicitly by the epilogue).
 Reads packed panels only (pack_f32.mojo); never allocates, never loops over blocks.
 """
-from std.math import fma
 from std.collections import Array
+from arith.tree import chain_step_daz
 from common.ptr import F32Ptr
 from gemm.cpu.blocking import MR, NR, NV, W
 
@@ -29,7 +29,7 @@ def ukernel_leaf[R: Int = MR](a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: 
         comptime for i in range(R):
             var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
             comptime for v in range(NV):
-                acc[i * NV + v] = fma(av, bv[v], acc[i * NV + v])
+                acc[i * NV + v] = chain_step_daz[W](av, bv[v], acc[i * NV + v])
 
 
 def ukernel_leaf_reversed(a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc):
@@ -42,7 +42,7 @@ def ukernel_leaf_reversed(a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc)
         comptime for i in range(MR):
             var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
             comptime for v in range(NV):
-                acc[i * NV + v] = fma(av, b.unsafe_load[width=W](kk * ldb + v * W), acc[i * NV + v])
+                acc[i * NV + v] = chain_step_daz[W](av, b.unsafe_load[width=W](kk * ldb + v * W), acc[i * NV + v])
         kk -= 1
 
 

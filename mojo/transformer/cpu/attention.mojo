@@ -23,13 +23,12 @@ from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
 from arith.elementary import mul, sqrt_rn, expf
 from arith.quant import row_exponent, quant_scale, codes, INT15_SHIFT, INT15_CMAX
-from arith.tree import tree_add
+from arith.tree import leaf_size, leaf_count, chain_step_daz, tree_add
 
 comptime W = simd_width_of[DType.float32]()
 comptime F1 = SIMD[DType.float32, 1]
 comptime FW = SIMD[DType.float32, W]
-comptime LEAF = 128  # = arith.tree.leaf_size(head_dim) for every head_dim <= 131072 (rule 6.2)
-comptime MAX_LEAVES = 8
+comptime MAX_LEAVES = 8  # leaf_count(head_dim) for head_dim <= 1024
 comptime KB = 4  # key blocks of W lanes in flight
 comptime HG = 4  # query heads of one key/value head computed together (they share K, V)
 # key / column blocks in flight when HG heads share them: fewer on 16-register AVX2
@@ -108,7 +107,7 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
             var sc = quant_scale(e)
             for kk in range(hd):
                 kcodes.unsafe_store(j * hd + kk, codes[1, INT15_CMAX](kbits.unsafe_load(j * hd + kk), sc)[0])
-    var nleaves = (hd + LEAF - 1) // LEAF
+    var nleaves = leaf_count(hd)
     # Masked keys (position > the query's) add exactly nothing when every q, k and v
     # value is finite and small: their score is a finite |dot| < 2**100, the mask makes
     # it exactly -FLT_MAX, expf gives +0, the weight is +0 and fma(+0, v, acc) = acc.
@@ -207,7 +206,7 @@ def _scores_heads[G: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, n: Int, sc
             comptime for t in range(G):
                 var qv = FW(q0.unsafe_load(t * hd + kk))
                 comptime for q in range(KBM):
-                    acc[t * KBM + q] = fma(qv, kv[q], acc[t * KBM + q])
+                    acc[t * KBM + q] = chain_step_daz[W](qv, kv[q], acc[t * KBM + q])
         comptime for t in range(G):
             comptime for q in range(KBM):
                 s0.unsafe_store(t * srow + j + q * W, ftz(mul(ftz(acc[t * KBM + q]), FW(scale))))
@@ -311,7 +310,10 @@ def _all_finite_rows(v: F32Ptr, rows: Int, hd: Int) -> Bool:
 
 def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int, scale: Float32,
                 s: F32Ptr, j0: Int):
-    """s[j] = mul(fp32.v1 dot(q, key j), scale) for j0 <= j < n (M-11, M-6), keys as columns."""
+    """s[j] = mul(fp32.v1 dot(q, key j), scale) for j0 <= j < n (M-11, M-6), keys as
+    columns: leaves of arith.tree.leaf_size(hd) (128 for every head_dim <= 131072), each
+    one chain of chain_step_daz, then the pairwise tree."""
+    var leaf = leaf_size(hd)
     var j = j0
     while j + KB * W <= n:
         var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
@@ -320,13 +322,13 @@ def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int
             var acc1 = FW(0)
             var acc2 = FW(0)
             var acc3 = FW(0)
-            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
+            for kk in range(lf * leaf, min(hd, (lf + 1) * leaf)):
                 var qv = FW(qr.unsafe_load(kk))
                 var row = kt.unsafe_offset(kk * tmax + j)
-                acc0 = fma(qv, row.unsafe_load[width=W](0), acc0)
-                acc1 = fma(qv, row.unsafe_load[width=W](W), acc1)
-                acc2 = fma(qv, row.unsafe_load[width=W](2 * W), acc2)
-                acc3 = fma(qv, row.unsafe_load[width=W](3 * W), acc3)
+                acc0 = chain_step_daz[W](qv, row.unsafe_load[width=W](0), acc0)
+                acc1 = chain_step_daz[W](qv, row.unsafe_load[width=W](W), acc1)
+                acc2 = chain_step_daz[W](qv, row.unsafe_load[width=W](2 * W), acc2)
+                acc3 = chain_step_daz[W](qv, row.unsafe_load[width=W](3 * W), acc3)
             parts[lf * KB + 0] = ftz(acc0)
             parts[lf * KB + 1] = ftz(acc1)
             parts[lf * KB + 2] = ftz(acc2)
@@ -339,8 +341,8 @@ def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int
         var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
         for lf in range(nleaves):
             var acc = FW(0)
-            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
-                acc = fma(FW(qr.unsafe_load(kk)), kt.unsafe_load[width=W](kk * tmax + j), acc)
+            for kk in range(lf * leaf, min(hd, (lf + 1) * leaf)):
+                acc = chain_step_daz[W](FW(qr.unsafe_load(kk)), kt.unsafe_load[width=W](kk * tmax + j), acc)
             parts[lf * KB] = ftz(acc)
         _tree[KB](parts, nleaves)
         s.unsafe_store(j, ftz(mul(parts[0], FW(scale))))
@@ -349,8 +351,8 @@ def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int
         var partsn = Array[Float32, MAX_LEAVES](fill=0)
         for lf in range(nleaves):
             var acc = F1(0)
-            for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
-                acc = fma(F1(qr.unsafe_load(kk)), F1(kt.unsafe_load(kk * tmax + j)), acc)
+            for kk in range(lf * leaf, min(hd, (lf + 1) * leaf)):
+                acc = chain_step_daz[1](F1(qr.unsafe_load(kk)), F1(kt.unsafe_load(kk * tmax + j)), acc)
             partsn[lf] = ftz(acc)[0]
         var nl = nleaves
         while nl > 1:

@@ -1,7 +1,7 @@
 """Registration of the transformer-op entries (plain integer arguments from the
 Python layer, which has validated them). Each entry releases the GIL, splits its
 rows over tasks and runs every task under the contract floating-point state."""
-from std.python import Python, PythonObject
+from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
@@ -175,12 +175,10 @@ def nn_elementwise(args: PythonObject) raises -> PythonObject:
     var src = ptr_f32(_arg(args, 1))
     var dst = ptr_f32(_arg(args, 2))
     var n = _arg(args, 3)
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-    var old = enter_contract_mode()
-    elementwise(op, src, dst, 0, n)
-    leave_contract_mode(old)
-    cpy.PyEval_RestoreThread(st)
+    def work(t: Int) {imm op, imm src, imm dst, imm n}:
+        elementwise(op, src, dst, 0, n)
+
+    run_tasks(work, 1)
     return PythonObject(None)
 
 

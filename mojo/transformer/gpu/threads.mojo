@@ -12,10 +12,9 @@ from common.ptr import F32Ptr, U32Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
 from arith.elementary import mul, sqrt_rn, expf, powf, sin_cos
 from arith.quant import row_exponent_strided, quant_scale, codes, INT15_SHIFT, INT15_CMAX
-from arith.tree import chain_step, tree_add
+from arith.tree import leaf_size, leaf_count, chain_step, tree_add
 
 comptime F1 = SIMD[DType.float32, 1]
-comptime LEAF = 128
 
 
 @always_inline
@@ -116,12 +115,13 @@ def attention_thread(
             var p2 = F1(pow2f(qe + ke))
             c = mul(F1(sum.cast[DType.float32]()), p2)
         else:
-            # fp32.v1: leaves of 128, each one chain, then the pairwise tree
-            var nleaves = (hd + LEAF - 1) // LEAF
+            # fp32.v1: leaves of leaf_size(hd) (128 here), each one chain, then the pairwise tree
+            var leaf = leaf_size(hd)
+            var nleaves = leaf_count(hd)
             var parts = Array[Float32, 8](fill=0)  # head_dim <= 1024
             for lf in range(nleaves):
                 var acc = F1(0)
-                for kk in range(lf * LEAF, min(hd, (lf + 1) * LEAF)):
+                for kk in range(lf * leaf, min(hd, (lf + 1) * leaf)):
                     acc = chain_step[1](ld(qr, kk), ld(kb, kk * tmax + j), acc)
                 parts[lf] = acc[0]
             var n = nleaves
