@@ -41,6 +41,16 @@ def test_sqrt_random_exponents():
     _check("sqrt", x, np.sqrt(x))
 
 
+def test_sqrt_outside_the_positive_normals():
+    """M-5: zeros keep their sign (subnormals are read as zeros), +inf -> +inf,
+    negatives (-inf included) and NaN -> the quiet NaN 0x7FC00000."""
+    x = np.array([0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x7F800000, 0xFF800000,
+                  0x7FC00000, 0xFFC00001, 0x7F800001, 0xBF800000, 0x80800000, 0xFF7FFFFF],
+                 dtype=np.uint32).view(np.float32)
+    want = [0x00000000, 0x80000000, 0x00000000, 0x80000000, 0x7F800000] + [0x7FC00000] * 7
+    assert _bits(K.elementwise("sqrt", x)).tolist() == want
+
+
 def _exp_inputs():
     rng = np.random.default_rng(14)
     edge = np.array([0.0, -0.0, 1.0, -1.0, 88.722835, 88.72284, 88.7228, -87.33655,

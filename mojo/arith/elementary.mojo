@@ -12,7 +12,7 @@ Rule ids: M-0 operations, M-5 sqrt, M-8 logf, M-9 sin/cos, M-14 expf, M-7 powf.
 from std.math import fma, floor
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
-from arith.fp import _ftz, _fmaz, _is_nan, is_nan_bits, pow2_in_range, F32MIN_BITS, INF_BITS, QNAN_BITS, MAG_BITS
+from arith.fp import _ftz, _fmaz, _is_nan, is_nan_bits, pow2_in_range, F32MIN_BITS, INF_BITS, QNAN_BITS, MAG_BITS, SIGN_BITS
 
 
 
@@ -23,13 +23,12 @@ def _mul[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[D
 
 
 @always_inline
-def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """Rule: M-5
-    The correctly rounded square root of a positive normal x, computed
-    portably. x = m * 4**k with m in [1, 4) (exact, on the bits); sqrt(m) by three
+def _sqrt_rn_pos[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-5 on a positive normal x (the whole of M-5 is _sqrt_rn below): the correctly
+    rounded square root, computed portably. x = m * 4**k with m in [1, 4) (exact, on the bits); sqrt(m) by three
     Newton steps from a bit-trick seed, then of the five float32 neighbours c-2u..c+2u
     the one with the smallest |fma(-c, c, m)|; the result is that times 2**k (exact).
-    Only positive normal inputs reach it (RMSNorm's mean + eps, head_dim)."""
+    Any other input gives a meaningless value."""
     var xb = bitcast[DType.uint32, w](x)
     var e = ((xb >> 23) & 0xFF).cast[DType.int32]() - 127
     var k = e >> 1  # floor(e / 2)
@@ -52,6 +51,22 @@ def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
             best_r = better.select(r, best_r)
     var rb = bitcast[DType.uint32, w](best).cast[DType.int32]() + (k << 23)
     return bitcast[DType.float32, w](rb.cast[DType.uint32]())
+
+
+@always_inline
+def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: M-5
+    The correctly rounded square root: _sqrt_rn_pos on the positive normals; outside
+    them IEEE's values: a zero (a subnormal is read as the zero of its sign) -> that
+    zero, +inf -> +inf, NaN or x < 0 -> the quiet NaN (an RMSNorm row whose mean + eps
+    overflows, is NaN, or is +0 with eps = 0)."""
+    var xb = bitcast[DType.uint32, w](x)
+    var r = bitcast[DType.uint32, w](_sqrt_rn_pos[w](x))
+    var mag = xb & MAG_BITS
+    r = xb.gt(INF_BITS).select(SIMD[DType.uint32, w](QNAN_BITS), r)  # NaN, any sign bit
+    r = mag.lt(F32MIN_BITS).select(xb & SIGN_BITS, r)  # +-0 and subnormals: signed zero
+    r = xb.eq(INF_BITS).select(xb, r)
+    return bitcast[DType.float32, w](r)
 
 
 @always_inline
@@ -176,6 +191,15 @@ def mul(a: SIMD, b: type_of(a)) -> type_of(a):
 def sqrt_rn(x: SIMD) -> type_of(x):
     comptime w = x.length
     return rebind[type_of(x)](_sqrt_rn[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def sqrt_rn_pos(x: SIMD) -> type_of(x):
+    """M-5 for an argument known to be a positive normal (the attention scale's
+    head_dim): no special-value selects (on AMDGPU they break the attention kernel's
+    uniform code: illegal VGPR to SGPR copy)."""
+    comptime w = x.length
+    return rebind[type_of(x)](_sqrt_rn_pos[w](rebind[SIMD[DType.float32, w]](x)))
 
 
 @always_inline

@@ -37,10 +37,27 @@ ELEMENTWISE
     sum, the contract's expf and logf), and ``aten::mean.dim`` over the last
     dimension runs M-30 (a serial sum, one division): the reductions of a
     transformers Llama forward (attention softmax, RMSNorm's mean) then have one
-    order whatever the threads or batch. Other dimensions, and the remaining pieces
-    of transformers' RMSNorm (pow, rsqrt, mul: one rounding per element), stay
-    torch's; their bits do not depend on threads or batch either, but they are
-    torch's arithmetic, not the contract's.
+    order whatever the threads or batch. Other dimensions stay torch's.
+
+RMSNORM (rule M-31 of the ops contract)
+    ``aten::rms_norm`` (``torch.nn.functional.rms_norm``, ``torch.rms_norm``,
+    ``torch.nn.RMSNorm``) on a float32 CPU input runs the models' RMSNorm kernel
+    (M-4): each row is the ``normalized_shape`` trailing dimensions (one or more), eps
+    the float32 of ``eps`` or, when None, torch's default ``finfo(float32).eps`` =
+    2^-23; with no weight the kernel multiplies by 1 (exact). The op is registered at
+    AutogradCPU as well as CPU (torch's kernel is a composite, decomposed above the
+    CPU key otherwise); under autograd the forward is still M-31 and the backward is
+    torch's (the gradient of its composite, recomputed from the saved inputs; higher
+    derivatives too). Falling through to torch's composite: other dtypes and
+    devices, a weight of another dtype or device, an empty input, and a
+    ``normalized_shape`` or weight that does not match (torch raises its own
+    error). A float32 composite that falls through still routes its mean (M-30).
+    transformers' ``LlamaRMSNorm`` (and its Mistral/Qwen2 copies) is not covered: in
+    the transformers versions that write it by hand (``pow(2).mean(-1,
+    keepdim=True)``, ``rsqrt``, two ``mul``; 5.x included) only its mean is routed
+    (M-30); pow, the eps add, rsqrt and the muls stay torch's (one rounding per
+    element, bits independent of threads and batch, but torch's arithmetic, not the
+    contract's). A version whose RMSNorm calls ``F.rms_norm`` is covered by M-31.
 
 SCOPE
     The registration is process-wide (every thread), like any ``torch.library``
@@ -78,7 +95,8 @@ COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::
 REFUSED = ("aten::addmv", "aten::addbmm", "aten::addr",
            "aten::_scaled_dot_product_flash_attention_for_cpu")
 ELEMENTWISE_COVERED = ("aten::silu", "aten::_softmax (last dim)",
-                       "aten::_log_softmax (last dim)", "aten::mean.dim (last dim)")
+                       "aten::_log_softmax (last dim)", "aten::mean.dim (last dim)",
+                       "aten::rms_norm")
 
 _lock = threading.RLock()
 _lib = None
@@ -318,6 +336,89 @@ def _mean_dim(ks, x, dim=None, keepdim=False, *, dtype=None):
     return out.unsqueeze(-1) if keepdim else out
 
 
+def _rms_norm_covered(x, normalized_shape, weight) -> bool:
+    """Float32 CPU input whose last len(normalized_shape) >= 1 dimensions are
+    normalized_shape, a float32 CPU weight of that shape (or none), no empty row.
+    Anything else goes to torch's composite, which computes or raises as torch does."""
+    if not _cpu_only(x) or (weight is not None and not _cpu_only(x, weight)):
+        return False
+    shape = tuple(int(s) for s in normalized_shape)
+    k = len(shape)
+    if k == 0 or k > x.dim() or tuple(x.shape[x.dim() - k:]) != shape or x.numel() == 0:
+        return False
+    return weight is None or tuple(weight.shape) == shape
+
+
+def _f32_bits(eps) -> int:
+    """Rule M-31's eps: the float32 of eps (torch's default 2^-23 when None), read
+    flushed (a subnormal eps is the zero of its sign)."""
+    e = _torch.finfo(_torch.float32).eps if eps is None else float(eps)
+    b = int(_torch.tensor([e], dtype=_torch.float32).view(_torch.int32)[0]) & 0xFFFFFFFF
+    return b & 0x80000000 if (b & 0x7FFFFFFF) < 0x00800000 else b
+
+
+def _rms_norm_compute(x, normalized_shape, weight, eps):
+    """M-31: the models' RMSNorm kernel (M-4) over rows of the normalized elements."""
+    global _ones
+    x = x.detach().contiguous()
+    d = 1
+    for s in normalized_shape:
+        d *= int(s)
+    if weight is None:          # w_j = 1: mul(1, t) = t exactly
+        if _ones is None or _ones.numel() < d:
+            _ones = _torch.ones(max(d, 1 << 16))
+        w = _ones
+    else:
+        w = weight.detach().contiguous()
+    out = _torch.empty_like(x)
+    _native().nn_rmsnorm((x.data_ptr(), d, w.data_ptr(), out.data_ptr(), d, x.numel() // d, d,
+                          _f32_bits(eps), _threads()))
+    return out
+
+
+class _RMSNormGrad(_torch.autograd.Function):
+    """Forward by M-31; backward is torch's: the gradient of torch's own composite
+    (pow, mean, add, rsqrt, mul), recomputed from the saved inputs (with
+    create_graph, on the inputs themselves, so higher derivatives are torch's too)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, normalized_shape, eps, ks):
+        ctx.save_for_backward(x, weight)
+        ctx.args = (list(normalized_shape), eps, ks)
+        return _rms_norm_compute(x, normalized_shape, weight, eps)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        shape, eps, ks = ctx.args
+        need = ctx.needs_input_grad[:2]
+        create = _torch.is_grad_enabled()
+        with _torch.enable_grad():
+            ins = [x, weight]
+            if not create:
+                ins = [None if t is None else t.detach().requires_grad_(n)
+                       for t, n in zip(ins, need)]
+            y = _orig[("rms_norm", "CPU")].call_boxed(ks, ins[0], shape, ins[1], eps)
+            wanted = [t for t, n in zip(ins, need) if n and t is not None]
+            got = iter(_torch.autograd.grad(y, wanted, g, create_graph=create)
+                       if wanted else ())
+        return tuple(next(got) if n and t is not None else None
+                     for t, n in zip(ins, need)) + (None, None, None)
+
+
+def _rms_norm(ks, x, normalized_shape, weight=None, eps=None):
+    """aten::rms_norm (torch.nn.functional.rms_norm, torch.nn.RMSNorm) by rule M-31.
+    Registered at CPU and AutogradCPU: torch's kernel is a composite that would
+    otherwise be decomposed before any CPU kernel is reached."""
+    if not _rms_norm_covered(x, normalized_shape, weight):
+        return _fall("rms_norm", ks, x, normalized_shape, weight, eps)
+    _calls["mojolearn"] += 1
+    if _torch.is_grad_enabled() and (x.requires_grad
+                                     or (weight is not None and weight.requires_grad)):
+        return _RMSNormGrad.apply(x, weight, normalized_shape, eps, ks)
+    return _rms_norm_compute(x, normalized_shape, weight, eps)
+
+
 def _out_variant(name, compute):
     def kernel(ks, *args, out, **kwargs):
         if not _ours(out, *[x for x in args if isinstance(x, _torch.Tensor)]):
@@ -345,6 +446,10 @@ def _refuse(name):
     return kernel
 
 
+# ops whose torch kernel is a CompositeImplicitAutograd composite: also registered at
+# AutogradCPU, where torch would otherwise decompose them before reaching a CPU kernel
+_AUTOGRAD_TOO = ("rms_norm",)
+
 _KERNELS = {
     "mm": _mm,
     "mm.out": _out_variant("mm.out", _mm),
@@ -359,6 +464,7 @@ _KERNELS = {
     "_softmax": _softmax_like("_softmax", False),
     "_log_softmax": _softmax_like("_log_softmax", True),
     "mean.dim": _mean_dim,
+    "rms_norm": _rms_norm,
     "addmv": _refuse("addmv"),
     "addbmm": _refuse("addbmm"),
     "addr": _refuse("addr"),
@@ -406,6 +512,8 @@ def enable() -> None:
             for key, names in keys:
                 for name in names:
                     lib.impl(name, _KERNELS[name], key, with_keyset=True)
+            for name in _AUTOGRAD_TOO:
+                lib.impl(name, _KERNELS[name], "AutogradCPU", with_keyset=True)
         _saved_flash = _sdp_state()
         # sdpa then takes its math path (bmm): on the CPU the flash switch decides, on
         # a GPU the memory-efficient and cuDNN kernels too

@@ -21,7 +21,7 @@ from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
-from arith.elementary import mul, sqrt_rn, expf
+from arith.elementary import mul, sqrt_rn_pos, expf
 from arith.quant import row_exponent, quant_scale, codes, INT15_SHIFT, INT15_CMAX
 from arith.tree import leaf_size, leaf_count, chain_step_daz, tree_add
 
@@ -56,7 +56,7 @@ struct AttnArgs(Copyable, ImplicitlyCopyable, Movable):
 @always_inline
 def attn_scale(head_dim: Int) -> Float32:
     """M-6: div(1, sqrt(f32(head_dim))): two roundings."""
-    return ftz(F1(1) / sqrt_rn(F1(Float32(head_dim))))[0]
+    return ftz(F1(1) / sqrt_rn_pos(F1(Float32(head_dim))))[0]
 
 
 def _srow(nkeys: Int) -> Int:

@@ -10,7 +10,7 @@ from std.memory import bitcast
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
-from arith.elementary import mul, sqrt_rn, expf, powf, sin_cos
+from arith.elementary import mul, sqrt_rn, sqrt_rn_pos, expf, powf, sin_cos
 from arith.quant import row_exponent_strided, quant_scale, codes, INT15_SHIFT, INT15_CMAX
 from arith.tree import leaf_size, leaf_count, chain_step, tree_add
 
@@ -103,7 +103,7 @@ def attention_thread(
     var kb = kt.unsafe_offset((b * n_kv + g) * hd * tmax)
     var vb = v.unsafe_offset((b * n_kv + g) * tmax * hd)
     var qr = q.unsafe_offset((b * length + i) * ldq + h * hd)
-    var scale = ftz(F1(1) / sqrt_rn(F1(Float32(hd))))
+    var scale = ftz(F1(1) / sqrt_rn_pos(F1(Float32(hd))))
     var qe = _exp15_strided(qr, hd, 1)
     for j in range(nkeys):
         var c = F1(0)
