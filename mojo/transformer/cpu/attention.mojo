@@ -151,7 +151,11 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
                     _scores_f32(q0.unsafe_offset(t * hd), kt, a.tmax, hd, nleaves, n_eff, scale,
                                 ws.unsafe_offset(t * srow), j_done)
             for t in range(gn):
-                _softmax_row(ws.unsafe_offset(t * srow), n_eff, p)
+                _softmax_exp(ws.unsafe_offset(t * srow), n_eff, p)
+            # the heads' serial denominators side by side: independent chains in flight
+            var den = _serial_sums(ws, srow, gn, n_eff)
+            for t in range(gn):
+                _softmax_div(ws.unsafe_offset(t * srow), n_eff, den[t])
             # ---- P.V: one serial fma chain per output element, vectorized across it
             var c_done = 0
             if gn == 4:
@@ -381,9 +385,9 @@ def _tree[kb: Int](mut parts: Array[SIMD[DType.float32, W], KB * MAX_LEAVES], nl
         n = half + n % 2
 
 
-def _softmax_row(s: F32Ptr, n: Int, p: Int):
-    """M-12, M-13, M-14 on s[0..n): mask (add +0 or -FLT_MAX), row max (NaN -> quiet NaN),
-    e_j = expf(add(s_j, -mx)), den a serial sum ascending, w_j = div(e_j, den)."""
+def _softmax_exp(s: F32Ptr, n: Int, p: Int):
+    """M-12, M-13 on s[0..n): mask (add +0 or -FLT_MAX), row max (NaN -> quiet NaN),
+    e_j = expf(add(s_j, -mx)); _serial_sums and _softmax_div finish M-14."""
     var negw = FW(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](NEG_FLT_MAX_BITS))[0])
     var ninf = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))[0]
     var mxv = FW(ninf)
@@ -418,16 +422,29 @@ def _softmax_row(s: F32Ptr, n: Int, p: Int):
     while j < n:
         s.unsafe_store(j, ftz(expf(ftz(F1(s.unsafe_load(j)) + F1(negmx[0]))))[0])
         j += 1
-    var den = F1(0)
-    for jj in range(n):
-        den = ftz(den + F1(s.unsafe_load(jj)))
-    var dw = FW(den[0])
-    j = 0
+
+
+def _serial_sums(s0: F32Ptr, srow: Int, g: Int, n: Int) -> SIMD[DType.float32, HG]:
+    """M-14's denominators of g <= HG rows (s0 + t * srow): each a serial sum over
+    j ascending from +0, ftz at every step; the rows' chains run side by side."""
+    var den = SIMD[DType.float32, HG](0)
+    var lanes = SIMD[DType.float32, HG](0)
+    for j in range(n):
+        comptime for t in range(HG):
+            lanes[t] = s0.unsafe_load(t * srow + j) if t < g else Float32(0)
+        den = ftz(den + lanes)
+    return den
+
+
+def _softmax_div(s: F32Ptr, n: Int, den: Float32):
+    """M-14: w_j = div(e_j, den)."""
+    var dw = FW(den)
+    var j = 0
     while j + W <= n:
         s.unsafe_store(j, ftz(s.unsafe_load[width=W](j) / dw))
         j += W
     while j < n:
-        s.unsafe_store(j, ftz(F1(s.unsafe_load(j)) / den)[0])
+        s.unsafe_store(j, ftz(F1(s.unsafe_load(j)) / F1(den))[0])
         j += 1
 
 
