@@ -48,6 +48,18 @@ def chain_step_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w],
 
 
 @always_inline
+def serial_add_daz[w: Int](acc: SIMD[DType.float32, w], x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """One step of a serial sum acc = ftz(acc + x) (the models' row sums: softmax's
+    denominator M-14, the mean M-30) for a caller under the contract floating-point
+    state, the flush deferred to the value that leaves the registers: DAZ reads a
+    subnormal acc as the zero of its sign, which the step's flush would have given,
+    and FTZ off keeps every other result; the caller applies ftz once at the end
+    (the same argument as chain_step_daz). One vaddps on the chain instead of four
+    instructions."""
+    return acc + x
+
+
+@always_inline
 def tree_add[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """Rule: 6.4
     One sum of the balanced pairwise tree over the leaf results: ftz(a + b). The

@@ -23,7 +23,7 @@ from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
 from arith.elementary import mul, sqrt_rn_pos, expf
 from arith.quant import row_exponent, quant_scale, codes, INT15_SHIFT, INT15_CMAX
-from arith.tree import leaf_size, leaf_count, chain_step_daz, tree_add
+from arith.tree import leaf_size, leaf_count, chain_step_daz, serial_add_daz, tree_add
 
 comptime W = simd_width_of[DType.float32]()
 comptime F1 = SIMD[DType.float32, 1]
@@ -146,6 +146,8 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
                     j_done = _scores_heads[3](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
                 elif gn == 2:
                     j_done = _scores_heads[2](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
+                else:
+                    j_done = _scores_heads[1](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
             if not a.fixed15:
                 for t in range(gn):
                     _scores_f32(q0.unsafe_offset(t * hd), kt, a.tmax, hd, nleaves, n_eff, scale,
@@ -198,24 +200,35 @@ def _scores_heads[G: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, n: Int, sc
                           s0: F32Ptr, srow: Int) -> Int:
     """_scores_f32 for G heads (rows q0 + t * hd, scores s0 + t * srow) that read the
     same keys, one leaf (hd <= leaf size): every key vector loaded once feeds G chains.
-    Returns the keys done (a multiple of KBM * W); the caller finishes the row."""
+    Keys in blocks of KBM * W, then of W, then the last partial W while it stays
+    inside the cache's rows (its lanes past n land in the rows' slack, never read).
+    Returns the keys done; the caller finishes the row."""
     var j = 0
     while j + KBM * W <= n:
-        var acc = Array[FW, G * KBM](fill=FW(0))
-        for kk in range(hd):
-            var row = kt.unsafe_offset(kk * tmax + j)
-            var kv = Array[FW, KBM](fill=FW(0))
-            comptime for q in range(KBM):
-                kv[q] = row.unsafe_load[width=W](q * W)
-            comptime for t in range(G):
-                var qv = FW(q0.unsafe_load(t * hd + kk))
-                comptime for q in range(KBM):
-                    acc[t * KBM + q] = chain_step_daz[W](qv, kv[q], acc[t * KBM + q])
-        comptime for t in range(G):
-            comptime for q in range(KBM):
-                s0.unsafe_store(t * srow + j + q * W, ftz(mul(ftz(acc[t * KBM + q]), FW(scale))))
+        _score_block[G, KBM](q0, kt, tmax, hd, scale, s0, srow, j)
         j += KBM * W
-    return j
+    while j < n and j + W <= tmax:
+        _score_block[G, 1](q0, kt, tmax, hd, scale, s0, srow, j)
+        j += W
+    return min(j, n)
+
+
+@always_inline
+def _score_block[G: Int, KN: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, scale: Float32,
+                                  s0: F32Ptr, srow: Int, j: Int):
+    var acc = Array[FW, G * KN](fill=FW(0))
+    for kk in range(hd):
+        var row = kt.unsafe_offset(kk * tmax + j)
+        var kv = Array[FW, KN](fill=FW(0))
+        comptime for q in range(KN):
+            kv[q] = row.unsafe_load[width=W](q * W)
+        comptime for t in range(G):
+            var qv = FW(q0.unsafe_load(t * hd + kk))
+            comptime for q in range(KN):
+                acc[t * KN + q] = chain_step_daz[W](qv, kv[q], acc[t * KN + q])
+    comptime for t in range(G):
+        comptime for q in range(KN):
+            s0.unsafe_store(t * srow + j + q * W, ftz(mul(ftz(acc[t * KN + q]), FW(scale))))
 
 
 def _pv_heads[G: Int](s0: F32Ptr, srow: Int, vc: F32Ptr, hd: Int, n: Int, o0: F32Ptr) -> Int:
@@ -341,7 +354,10 @@ def _scores_f32(qr: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, nleaves: Int, n: Int
         comptime for q in range(KB):
             s.unsafe_store(j + q * W, ftz(mul(parts[q], FW(scale))))
         j += KB * W
-    while j + W <= n:
+    # W keys at a time; the last partial group too while it stays inside the cache's
+    # rows (j + W <= tmax): the lanes past n are computed on whatever the cache holds
+    # there and land in the scores row's slack (16 floats past nkeys), never read
+    while j < n and j + W <= tmax:
         var parts = Array[SIMD[DType.float32, W], KB * MAX_LEAVES](fill=FW(0))
         for lf in range(nleaves):
             var acc = FW(0)
@@ -432,8 +448,8 @@ def _serial_sums(s0: F32Ptr, srow: Int, g: Int, n: Int) -> SIMD[DType.float32, H
     for j in range(n):
         comptime for t in range(HG):
             lanes[t] = s0.unsafe_load(t * srow + j) if t < g else Float32(0)
-        den = ftz(den + lanes)
-    return den
+        den = serial_add_daz[HG](den, lanes)
+    return ftz(den)
 
 
 def _softmax_div(s: F32Ptr, n: Int, den: Float32):
