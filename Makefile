@@ -10,7 +10,7 @@ MODEL_CACHE ?= $(HOME)/.cache/mojolearn
 SMOLLM2 := $(MODEL_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
 export MOJOLEARN_MODEL_CACHE := $(MODEL_CACHE)
 
-.PHONY: all build model quality test test-fast fuzz bench conformance wheel clean gpu-compile gpu-check device-check
+.PHONY: all build model quality test test-fast fuzz bench conformance wheel clean gpu-compile arm-compile gpu-check device-check
 
 all: build
 
@@ -62,6 +62,11 @@ conformance: build
 # every GPU kernel compiled offline for sm_80, sm_90, gfx942 and apple-m3 (no GPU needed)
 gpu-compile: $(STAMP)
 	env PYTHONPATH= $(VENV)/bin/mojo run -I mojo mojo/compile_all_gpu.mojo
+
+# the CPU extension compiled for aarch64 Linux (neoverse-v1) and arm64 macOS (apple-m1) to
+# object files in build/cross/ (no ARM machine needed; the link needs one)
+arm-compile: $(STAMP)
+	$(PY) build_native.py --cross
 
 # on a GPU box: GPU build, conformance on the GPU, GPU vs CPU bits, bench with GPU rows
 device-check gpu-check: build

@@ -13,6 +13,20 @@ build whose sources are unchanged is skipped.
 
     python build_native.py [--out DIR] [--isa NAME ...] [--force]
     python build_native.py --target-cpu CPU [--target-features F] --name NAME   (one ad-hoc build)
+        [--explicit-flush] [--out DIR]
+    python build_native.py --cross [aarch64-linux|arm64-macos ...]   (objects only, below)
+
+--explicit-flush compiles with ``-D MOJOLEARN_EXPLICIT_FLUSH=1``: the kernels run with
+DAZ off and flush every input in code (mojo/common/fpstate.mojo), the mode every
+non-x86 target uses. It is not shipped; it proves on x86 that the explicit path gives
+the bits of the hardware-DAZ path (tests/test_explicit_flush.py builds it into
+``.build/explicit-flush/``).
+
+--cross compiles the CPU extension for the ARM64 targets of CROSS_TARGETS to object
+files under build/cross/ (``mojo build --emit object``): the toolchain cannot link
+an ARM library on an x86 machine, so this is a compile check (`make arm-compile`,
+tests/test_explicit_flush.py), not a package. Those targets always use the explicit
+flush (there is no DAZ-only mode on AArch64).
 """
 from __future__ import annotations
 
@@ -28,6 +42,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 SRC = ROOT / "mojo"
 ENTRY = SRC / "_native.mojo"
+EXPLICIT_FLUSH_DEFINES = ("MOJOLEARN_EXPLICIT_FLUSH=1",)
+# ARM64 compile checks: name -> (--target-triple, --target-cpu)
+CROSS_TARGETS = {
+    "aarch64-linux": ("aarch64-unknown-linux-gnu", "neoverse-v1"),
+    "arm64-macos": ("aarch64-apple-darwin", "apple-m1"),
+}
 RUNTIME_LIBS = (
     "libKGENCompilerRTShared.so",
     "libAsyncRTMojoBindings.so",
@@ -87,7 +107,8 @@ def up_to_date(target: Path, extra: tuple = ()) -> bool:
 
 def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
           force: bool = False, quiet: bool = False, features: str = "",
-          entry: Path | None = None) -> Path:
+          entry: Path | None = None, defines: tuple = ()) -> Path:
+    """One library; `defines` are ``NAME=VALUE`` compile-time switches (``-D``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     so = out_dir / f"{name}.so"
     if not force and up_to_date(so):
@@ -99,8 +120,9 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
         entry = ENTRY
     elif entry is None:
         # the module name is the file name: compile a renamed copy of the entry
-        tmpdir = ROOT / ".build"
-        tmpdir.mkdir(exist_ok=True)
+        # one folder per set of switches, so a variant never rewrites another's entry
+        tmpdir = ROOT / ".build" / ("-".join(d.replace("=", "_") for d in defines) or "entries")
+        tmpdir.mkdir(parents=True, exist_ok=True)
         entry = tmpdir / f"{name}.mojo"
         entry.write_text(ENTRY.read_text().replace("PyInit__native", f"PyInit_{name}")
                          .replace('PythonModuleBuilder("_native")', f'PythonModuleBuilder("{name}")'))
@@ -110,6 +132,8 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
         cmd += ["--target-cpu", target_cpu]
     if features:
         cmd += ["--target-features", features]
+    for d in defines:
+        cmd += ["-D", d]
     if not quiet:
         print("mojolearn build:", " ".join(cmd[1:]), flush=True)
     t0 = time.time()
@@ -136,6 +160,31 @@ def build(out_dir: Path, target_cpu: str | None = None, name: str = "_native",
     if not quiet:
         print(f"mojolearn build: built {so.name} in {time.time() - t0:.1f} s", flush=True)
     return so
+
+
+def cross_object(name: str, out_dir: Path | None = None, quiet: bool = False) -> Path:
+    """The CPU extension compiled for CROSS_TARGETS[name] to an object file (no link)."""
+    triple, cpu = CROSS_TARGETS[name]
+    out_dir = out_dir or ROOT / "build" / "cross"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    obj = out_dir / f"_native-{name}.o"
+    cmd = [str(find_mojo()), "build", str(ENTRY), "-I", str(SRC), "--emit", "object",
+           "--target-triple", triple, "--target-cpu", cpu, "-o", str(obj)]
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    t0 = time.time()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    msgs = [ln for ln in (r.stdout + r.stderr).splitlines() if "Crashpad" not in ln]
+    if r.returncode != 0 or not obj.exists():
+        print("\n".join(msgs), file=sys.stderr)
+        raise SystemExit(f"mojolearn build: {name} ({triple}, {cpu}) failed (exit {r.returncode})")
+    if msgs:
+        print(f"mojolearn build: {name}:\n" + "\n".join(msgs), flush=True)
+    if not quiet:
+        print(f"mojolearn build: {obj.relative_to(ROOT) if obj.is_relative_to(ROOT) else obj} "
+              f"({triple}, {cpu}) {obj.stat().st_size / 1e6:.2f} MB in {time.time() - t0:.1f} s",
+              flush=True)
+    return obj
 
 
 def build_all(out_dir: Path, force: bool = False, isas=None, jobs: int | None = None,
@@ -184,11 +233,27 @@ def main(argv=None):
     ap.add_argument("--target-cpu", default=None, help="one ad-hoc build (with --name)")
     ap.add_argument("--target-features", default="")
     ap.add_argument("--name", default=None)
+    ap.add_argument("--cross", nargs="*", default=None, metavar="TARGET",
+                    help=f"compile-only object builds for {', '.join(CROSS_TARGETS)} "
+                         "(default: all of them)")
+    ap.add_argument("--explicit-flush", action="store_true",
+                    help="an ad-hoc build with -D MOJOLEARN_EXPLICIT_FLUSH=1 (DAZ off, inputs "
+                         "flushed in code): a test variant, never shipped")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
+    if a.cross is not None:
+        unknown = sorted(set(a.cross) - set(CROSS_TARGETS))
+        if unknown:
+            ap.error(f"unknown --cross target {unknown}; known: {list(CROSS_TARGETS)}")
+        for name in a.cross or CROSS_TARGETS:
+            cross_object(name)
+        return
+    if a.explicit_flush and not (a.target_cpu or a.name):
+        ap.error("--explicit-flush is for one ad-hoc build: give --target-cpu and --name")
     if a.target_cpu or a.name:
-        build(Path(a.out), a.target_cpu, a.name or "_native", a.force, features=a.target_features)
+        build(Path(a.out), a.target_cpu, a.name or "_native", a.force, features=a.target_features,
+              defines=EXPLICIT_FLUSH_DEFINES if a.explicit_flush else ())
     else:
         build_all(Path(a.out), a.force, a.isa, a.jobs)
 

@@ -11,6 +11,7 @@ above, +0 below.
 """
 from std.math import fma
 from std.memory import bitcast
+from common.fpstate import EXPLICIT_FLUSH
 
 comptime SIGN_BITS: UInt32 = 0x80000000
 comptime MAG_BITS: UInt32 = 0x7FFFFFFF
@@ -83,6 +84,21 @@ def f32_of_bits[w: Int](b: SIMD[DType.uint32, w]) -> SIMD[DType.float32, w]:
 def ftz(x: SIMD) -> type_of(x):
     comptime w = x.length
     return rebind[type_of(x)](_ftz[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def daz_in(x: SIMD) -> type_of(x):
+    """A float32 input of a contract operation as a CPU kernel reads it (rule 6.1's DAZ;
+    the ops contract's "every operand is read flushed"), for code running under the
+    contract state (common.fpstate.enter_contract_mode). With hardware DAZ (the default
+    x86 build) the identity: every float operation reads a subnormal operand as the
+    zero of its sign by itself. In the explicit-flush build (EXPLICIT_FLUSH: every
+    non-x86 target, or -D MOJOLEARN_EXPLICIT_FLUSH=1) the flush itself. Bit operations
+    (daz_bits, absmax_step, ...) need neither: they flush on the bits."""
+    comptime if EXPLICIT_FLUSH:
+        return ftz(x)
+    else:
+        return x
 
 
 @always_inline

@@ -4,10 +4,12 @@
 The CPU kernels run the chain with chain_step_daz under the hardware's DAZ (which
 reads a subnormal accumulator as the signed zero the per-step flush would give) and
 flush the value leaving the registers with ftz; the GPU bodies and the reference
-loops call chain_step itself. Both give the bits of chain_step.
+loops call chain_step itself. Both give the bits of chain_step. In the explicit-flush
+build (common.fpstate.EXPLICIT_FLUSH) chain_step_daz is chain_step on flushed inputs.
 """
 from std.math import fma
 from arith.fp import _ftz
+from common.fpstate import EXPLICIT_FLUSH
 
 
 @always_inline
@@ -43,8 +45,17 @@ def chain_step_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w],
     chain_step. Why the CPU kernels take this form: chain_step at SIMD width compiles
     to vfmadd231ps followed by vandps, vpcmpltd and a masked vandps, three more
     instructions on the chain's critical path per fma (the fp32 micro-kernel is
-    fma-bound: 2-3x slower); this form is the vfmadd231ps alone."""
-    return fma(a, b, acc)
+    fma-bound: 2-3x slower); this form is the vfmadd231ps alone.
+
+    Explicit-flush build (EXPLICIT_FLUSH, no DAZ: AArch64, or x86 built with
+    -D MOJOLEARN_EXPLICIT_FLUSH=1): chain_step(ftz(a), ftz(b), acc), the flushes
+    done here, so every caller (any operand layout, packed or not) stays right.
+    Callers hold a and b in registers across their unrolled steps, so the compiler
+    computes each operand's flush once per load, not once per fma."""
+    comptime if EXPLICIT_FLUSH:
+        return chain_step[w](_ftz[w](a), _ftz[w](b), acc)
+    else:
+        return fma(a, b, acc)
 
 
 @always_inline

@@ -21,9 +21,12 @@ integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
 int_rows.mojo: INT_ROWS_MAX rows, LW int32 lanes a step
 avx2_int.mojo (v3): AVX2_MR (AVX2_MR15 for int15) x AVX2_NR tile of AVX2_V lanes, blocks
 amx_int.mojo (amx): AMX_KB k-bytes a tile row, AMX_KC_BLOCKS k-blocks a k-chunk, blocks
+EXPLICIT_FLUSH (not a size): 1 when this build reads subnormal inputs by explicit flushes
+    instead of the hardware's DAZ (common/fpstate.mojo); the same bits either way
 """
 from std.sys import simd_width_of
 from std.sys.info import CompilationTarget
+from common.fpstate import EXPLICIT_FLUSH
 
 # ---------------------------------------------------------------- fp32.v1 / bf16f32.v1
 comptime W = simd_width_of[DType.float32]()
@@ -84,6 +87,7 @@ def block_table() -> List[Tuple[String, Int]]:
     t.append(("INT_ROWS_MAX", INT_ROWS_MAX))
     t.append(("IMR", IMR))  # the integer GEMMs' task split, every build
     t.append(("INR", INR))
+    t.append(("EXPLICIT_FLUSH", 1 if EXPLICIT_FLUSH else 0))
     comptime if CompilationTarget.has_intel_amx():
         t.append(("AMX_KB", AMX_KB))
         t.append(("AMX_KC_BLOCKS", AMX_KC_BLOCKS))

@@ -10,11 +10,11 @@ that reads g. For each query (absolute position p) and head:
   mask     s_j = add(s_j, m_j), m_j = +0 for j <= p, else -FLT_MAX;
   softmax  mx over the row (NaN -> quiet NaN), e_j = expf(add(s_j, -mx)),
            den = serial sum of e_j ascending, w_j = div(e_j, den);
-  P.V      out_c = serial fma chain over j ascending from +0: fma(w_j, v_jc, acc).
+  P.V      out_c = serial fma chain over j ascending from +0: fma(w_j, v_jc, acc)
+           (arith.tree.chain_step_daz: flushed per step by DAZ, or explicitly).
 The key cache is (batch, kv_heads, head_dim, tmax) (keys are columns, so a dot is
 vectorized across keys), the value cache (batch, kv_heads, tmax, head_dim).
 """
-from std.math import fma
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
@@ -246,7 +246,7 @@ def _pv_heads[G: Int](s0: F32Ptr, srow: Int, vc: F32Ptr, hd: Int, n: Int, o0: F3
             comptime for t in range(G):
                 var wv = FW(s0.unsafe_load(t * srow + j))
                 comptime for q in range(KBM):
-                    acc[t * KBM + q] = fma(wv, vv[q], acc[t * KBM + q])
+                    acc[t * KBM + q] = chain_step_daz[W](wv, vv[q], acc[t * KBM + q])
         comptime for t in range(G):
             comptime for q in range(KBM):
                 o0.unsafe_store(t * hd + c + q * W, ftz(acc[t * KBM + q]))
@@ -267,10 +267,10 @@ def _pv_head(s: F32Ptr, vc: F32Ptr, hd: Int, n_eff: Int, orow: F32Ptr, c0: Int):
         for j in range(n_eff):
             var wv = FW(s.unsafe_load(j))
             var vrow = vc.unsafe_offset(j * hd + c)
-            acc0 = fma(wv, vrow.unsafe_load[width=W](0), acc0)
-            acc1 = fma(wv, vrow.unsafe_load[width=W](W), acc1)
-            acc2 = fma(wv, vrow.unsafe_load[width=W](2 * W), acc2)
-            acc3 = fma(wv, vrow.unsafe_load[width=W](3 * W), acc3)
+            acc0 = chain_step_daz[W](wv, vrow.unsafe_load[width=W](0), acc0)
+            acc1 = chain_step_daz[W](wv, vrow.unsafe_load[width=W](W), acc1)
+            acc2 = chain_step_daz[W](wv, vrow.unsafe_load[width=W](2 * W), acc2)
+            acc3 = chain_step_daz[W](wv, vrow.unsafe_load[width=W](3 * W), acc3)
         orow.unsafe_store(c, ftz(acc0))
         orow.unsafe_store(c + W, ftz(acc1))
         orow.unsafe_store(c + 2 * W, ftz(acc2))
@@ -279,13 +279,13 @@ def _pv_head(s: F32Ptr, vc: F32Ptr, hd: Int, n_eff: Int, orow: F32Ptr, c0: Int):
     while c + W <= hd:
         var acc = FW(0)
         for j in range(n_eff):
-            acc = fma(FW(s.unsafe_load(j)), vc.unsafe_load[width=W](j * hd + c), acc)
+            acc = chain_step_daz[W](FW(s.unsafe_load(j)), vc.unsafe_load[width=W](j * hd + c), acc)
         orow.unsafe_store(c, ftz(acc))
         c += W
     while c < hd:
         var acc = F1(0)
         for j in range(n_eff):
-            acc = fma(F1(s.unsafe_load(j)), F1(vc.unsafe_load(j * hd + c)), acc)
+            acc = chain_step_daz[1](F1(s.unsafe_load(j)), F1(vc.unsafe_load(j * hd + c)), acc)
         orow.unsafe_store(c, ftz(acc)[0])
         c += 1
 

@@ -3,14 +3,16 @@
 Each function covers a range of rows (or of attention units) so the entry can split
 a call into tasks; no result depends on the split. The arithmetic of each rule is
 the arithmetic layer's (arith.elementary); this file only lays out loops. Callers run
-with DAZ on and FTZ off (common.fpstate), and every stored value is flushed.
+under the contract state (common.fpstate: FTZ off; DAZ on, or off in the explicit-flush
+build), every operand is read through arith.fp.daz_in (free under DAZ) and every
+stored value is flushed.
 """
-from std.math import fma
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
-from arith.fp import ftz, is_nan
+from arith.fp import ftz, is_nan, daz_in
+from arith.tree import chain_step_daz
 from arith.elementary import mul, sqrt_rn, expf, logf, powf, sin_cos
 from common.ptr import U32Ptr
 
@@ -40,21 +42,21 @@ def rmsnorm_rows(x: F32Ptr, ldx: Int, w: F32Ptr, dst: F32Ptr, ldo: Int, d: Int, 
         var xr = x.unsafe_offset(r * ldx)
         var acc = F1(0)
         for j in range(d):
-            var v = xr.unsafe_load(j)
-            acc = fma(v, v, acc)
+            var v = F1(xr.unsafe_load(j))
+            acc = chain_step_daz[1](v, v, acc)  # acc = ftz(fma(x_j, x_j, acc))
         acc = ftz(acc)
         var mean = ftz(acc / F1(Float32(d)))
-        var rstd = ftz(F1(1) / sqrt_rn(ftz(mean + F1(eps))))
+        var rstd = ftz(F1(1) / sqrt_rn(ftz(mean + daz_in(F1(eps)))))
         var o = dst.unsafe_offset(r * ldo)
         var rs = FW(rstd[0])
         var j = 0
         while j + W <= d:
-            var t = ftz(mul(xr.unsafe_load[width=W](j), rs))
-            o.unsafe_store(j, ftz(mul(w.unsafe_load[width=W](j), t)))
+            var t = ftz(mul(daz_in(xr.unsafe_load[width=W](j)), rs))
+            o.unsafe_store(j, ftz(mul(daz_in(w.unsafe_load[width=W](j)), t)))
             j += W
         while j < d:
-            var t = ftz(mul(xr.unsafe_load[width=1](j), rstd))
-            o.unsafe_store(j, ftz(mul(w.unsafe_load[width=1](j), t)))
+            var t = ftz(mul(daz_in(xr.unsafe_load[width=1](j)), rstd))
+            o.unsafe_store(j, ftz(mul(daz_in(w.unsafe_load[width=1](j)), t)))
             j += 1
 
 
@@ -65,7 +67,7 @@ def rope_table_rows(cos_t: F32Ptr, sin_t: F32Ptr, head_dim: Int, theta: Float32,
     var inv = List[Float32](length=half, fill=0)
     for i in range(half):
         var e = ftz(F1(Float32(2 * i)) / F1(Float32(head_dim)))
-        inv[i] = ftz(F1(1) / powf(F1(theta), e))[0]
+        inv[i] = ftz(F1(1) / powf(daz_in(F1(theta)), e))[0]
     for p in range(p0, p1):
         for i in range(half):
             var ang = mul(F1(Float32(p)), F1(inv[i]))
@@ -94,9 +96,9 @@ def rope_rows(
             var x = src.unsafe_offset(r * lds + h * head_dim)
             for j in range(head_dim):
                 var i = j if j < half else j - half
-                var xj = F1(x.unsafe_load(j))
-                var other = F1(-x.unsafe_load(j + half)) if j < half else F1(x.unsafe_load(j - half))
-                var y = ftz(mul(xj, F1(c.unsafe_load(i))) + mul(other, F1(s.unsafe_load(i))))
+                var xj = daz_in(F1(x.unsafe_load(j)))
+                var other = daz_in(F1(-x.unsafe_load(j + half)) if j < half else F1(x.unsafe_load(j - half)))
+                var y = ftz(mul(xj, daz_in(F1(c.unsafe_load(i)))) + mul(other, daz_in(F1(s.unsafe_load(i)))))
                 if transposed:
                     dst.unsafe_store(((b * n_heads + h) * head_dim + j) * tmax + pos, y[0])
                 else:
@@ -111,14 +113,14 @@ def silu_mul_rows(g: F32Ptr, u: F32Ptr, ld_in: Int, dst: F32Ptr, ld_out: Int, n:
         var o = dst.unsafe_offset(r * ld_out)
         var j = 0
         while j + W <= n:
-            var x = gr.unsafe_load[width=W](j)
+            var x = daz_in(gr.unsafe_load[width=W](j))
             var s = ftz(x / ftz(ftz(expf(-x)) + FW(1)))
-            o.unsafe_store(j, ftz(mul(s, ur.unsafe_load[width=W](j))))
+            o.unsafe_store(j, ftz(mul(s, daz_in(ur.unsafe_load[width=W](j)))))
             j += W
         while j < n:
-            var x = gr.unsafe_load[width=1](j)
+            var x = daz_in(gr.unsafe_load[width=1](j))
             var s = ftz(x / ftz(ftz(expf(-x)) + F1(1)))
-            o.unsafe_store(j, ftz(mul(s, ur.unsafe_load[width=1](j))))
+            o.unsafe_store(j, ftz(mul(s, daz_in(ur.unsafe_load[width=1](j)))))
             j += 1
 
 
@@ -131,10 +133,10 @@ def add_rows(x: F32Ptr, ldx: Int, y: F32Ptr, ldy: Int, dst: F32Ptr, ldo: Int, n:
         var o = dst.unsafe_offset(r * ldo)
         var j = 0
         while j + W <= n:
-            o.unsafe_store(j, ftz(xr.unsafe_load[width=W](j) + yr.unsafe_load[width=W](j)))
+            o.unsafe_store(j, ftz(daz_in(xr.unsafe_load[width=W](j)) + daz_in(yr.unsafe_load[width=W](j))))
             j += W
         while j < n:
-            o.unsafe_store(j, ftz(xr.unsafe_load[width=1](j) + yr.unsafe_load[width=1](j)))
+            o.unsafe_store(j, ftz(daz_in(xr.unsafe_load[width=1](j)) + daz_in(yr.unsafe_load[width=1](j))))
             j += 1
 
 
@@ -143,8 +145,8 @@ def elementwise(op: Int, src: F32Ptr, dst: F32Ptr, n0: Int, n1: Int):
     """The arithmetic layer's functions over an array (the tests check each against
     its oracle): 0 expf, 1 logf, 2 sin, 3 cos, 4 sqrt."""
     for j in range(n0, n1):
-        var x = F1(src.unsafe_load(j))
-        var y = x
+        var x = daz_in(F1(src.unsafe_load(j)))
+        var y: F1
         if op == 0:
             y = expf(x)
         elif op == 1:
