@@ -3,7 +3,9 @@ width-generic so the CPU kernels call it at SIMD width and the GPU thread bodies
 width 1. Each rule's defining function carries a `Rule: <id>` line in its docstring
 (tests/test_contracts.py checks that each id has exactly one).
 
-fp.mojo          ftz, DAZ (6.1), NaN on the bits, pow2f
+fp.mojo          ftz, DAZ (6.1), daz_in (an operand as the CPU kernels read it: free
+                 under hardware DAZ, flushed in the explicit-flush build), NaN on
+                 the bits, pow2f
 tree.mojo        leaf size (6.2), chain step (6.3), tree step (6.4)
 bf16.mojo        widen (L-1), narrow (L-2)
 quant.mojo       row exponent (L-3, W-1), codes (L-4), int15 planes (W-2),

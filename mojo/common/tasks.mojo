@@ -28,9 +28,9 @@ def run_tasks[
     """The one way an entry runs its kernels: release the GIL; prepare() on the calling
     thread; work(0) .. work(tasks - 1) on MAX's worker pool (inline when tasks == 1);
     finish() on the calling thread once every task has returned; then take the GIL
-    back. Every step runs under the contract's floating-point state (DAZ on, FTZ off,
-    round to nearest, exceptions masked; the thread's previous MXCSR is restored
-    after). prepare and finish are for the serial steps around the parallel one (a
+    back. Every step runs under the contract's floating-point state (common.fpstate:
+    DAZ on, or off in the explicit-flush build, FTZ off, round to nearest, exceptions
+    masked; the thread's previous MXCSR / FPCR is restored after). prepare and finish are for the serial steps around the parallel one (a
     shared operand made once, the root of a split reduction), so the GIL is released
     once per call."""
     ref cpy = Python().cpython()

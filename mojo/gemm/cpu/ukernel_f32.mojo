@@ -4,7 +4,8 @@ For every output of the tile: acc = +0; for kk ascending over the leaf:
 acc = chain_step_daz(a[i, kk], b[kk, j], acc) (arith.tree: rule 6.3's step under the
 contract floating-point state, DAZ on and FTZ off, one true fused multiply-add; the
 per-step flush is left to DAZ, and the value leaving the registers is flushed
-explicitly by the epilogue).
+explicitly by the epilogue; in the explicit-flush build the step flushes its operands
+and its result itself).
 Reads packed panels only (pack_f32.mojo); never allocates, never loops over blocks.
 """
 from std.collections import Array
