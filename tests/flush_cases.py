@@ -29,9 +29,17 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANT_ROOT = ROOT / ".build" / "explicit-flush"
 
 
-def variant_package(isa: str, force: bool = False) -> Path:
-    """Build (when its sources changed) the explicit-flush `isa` build into a copy of
-    the package; returns the folder to put first on PYTHONPATH."""
+# The ARM64 stand-in: the explicit-flush build for baseline x86-64-v2 (SSE4.2: 4 float32
+# lanes as NEON, no AVX2, so the integer GEMMs take their portable multiply-add, as on
+# ARM), built under the v3 module name so the ordinary loader (MOJOLEARN_ISA=v3) loads it.
+W4 = ("v3", "x86-64-v2", "", ROOT / ".build" / "explicit-flush-w4")
+
+
+def variant_package(isa: str, force: bool = False, cpu: str | None = None,
+                    features: str | None = None, root: Path = VARIANT_ROOT) -> Path:
+    """Build (when its sources changed) the explicit-flush `isa` build (for the ISA's
+    own target, or for `cpu` / `features` under the ISA's module name) into a copy of
+    the package under `root`; returns `root`, the folder to put first on PYTHONPATH."""
     sys.path.insert(0, str(ROOT))
     try:
         import build_native as bn
@@ -39,7 +47,7 @@ def variant_package(isa: str, force: bool = False) -> Path:
         sys.path.pop(0)
     table = bn.isa_table()
     row = next(r for r in table.ISAS if r[0] == isa)
-    pkg = VARIANT_ROOT / "mojolearn"
+    pkg = root / "mojolearn"
     src = ROOT / "python" / "mojolearn"
     # the Python files are copied fresh every time (cheap); the extension only when stale
     for p in src.rglob("*"):
@@ -56,9 +64,10 @@ def variant_package(isa: str, force: bool = False) -> Path:
     if not (src / probe).exists():
         bn.build(src, table.PROBE[2], table.PROBE[0], entry=bn.SRC / table.PROBE[1], quiet=True)
     shutil.copy2(src / probe, pkg / probe)
-    bn.build(pkg, row[2], row[1], force=force, quiet=True, features=row[3],
+    bn.build(pkg, cpu or row[2], row[1], force=force, quiet=True,
+             features=row[3] if features is None else features,
              defines=bn.EXPLICIT_FLUSH_DEFINES)
-    return VARIANT_ROOT
+    return root
 
 
 def child_env(isa: str, first: Path) -> dict:
@@ -208,8 +217,11 @@ def build_info() -> dict:
     import mojolearn
     from mojolearn._native_loader import blocking, cpu_native
 
+    t = blocking()
     return {"module": cpu_native().__file__, "isa": mojolearn.cpu_isa(),
-            "explicit_flush": blocking().get("EXPLICIT_FLUSH")}
+            "explicit_flush": t.get("EXPLICIT_FLUSH"), "width": t["W"],
+            # the AVX2 table without AVX2 registers: avx2_int's portable multiply-add
+            "portable_int": "AVX2_MR" in t and t["W"] < 8}
 
 
 if __name__ == "__main__":
