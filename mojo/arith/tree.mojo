@@ -66,8 +66,14 @@ def serial_add_daz[w: Int](acc: SIMD[DType.float32, w], x: SIMD[DType.float32, w
     subnormal acc as the zero of its sign, which the step's flush would have given,
     and FTZ off keeps every other result; the caller applies ftz once at the end
     (the same argument as chain_step_daz). One vaddps on the chain instead of four
-    instructions."""
-    return acc + x
+    instructions.
+
+    Explicit-flush build (EXPLICIT_FLUSH): ftz(acc + ftz(x)), the step itself (the
+    final ftz of the caller is then a no-op)."""
+    comptime if EXPLICIT_FLUSH:
+        return _ftz[w](acc + _ftz[w](x))
+    else:
+        return acc + x
 
 
 @always_inline
