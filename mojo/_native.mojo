@@ -20,6 +20,7 @@ from convert.cpu.quant import (
     dequantize_int15_rows,
 )
 from gemm.cpu.entry import register_gemm
+from gemm.cpu.prepared import register_prepared
 from gemm.cpu.blocking import block_table
 from transformer.cpu.entry import register_nn
 from transformer.gpu.cpu_run import register_nn_gpu_reference
@@ -253,6 +254,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[isa]("isa")
         m.def_function[blocking]("blocking")
         register_gemm(m)
+        register_prepared(m)
         register_nn(m)
         register_nn_gpu_reference(m)
         register_gemm_gpu_reference(m)

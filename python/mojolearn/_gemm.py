@@ -16,6 +16,7 @@ from ._native_loader import native
 from ._threads import get_num_threads
 from ._validate import buf, contiguous, out_buf
 from . import _convert
+from ._prepared import PreparedWeight
 
 __all__ = ["matmul", "matmul_bf16", "matmul_int8", "matmul_int15"]
 
@@ -261,6 +262,8 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
     from ._buffers import read
 
     _no_extra(func, extra, "(a, b, *, transpose_a=False, transpose_b=False, out=None)")
+    if isinstance(b, PreparedWeight):
+        return _run_prepared(func, a, b, transpose_a, transpose_b, out, a_dtypes)
 
     ra = read(a, func=func, arg="a", device_ok=True)
     rb = read(b, func=func, arg="b", device_ok=True)
@@ -384,6 +387,52 @@ def _run_f32_resident(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_d
     for pa_, pb_, pc_, rows in calls:
         mod.gemm_f32_resident((pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b),
                                a16, b16, sabotage_arg()))
+    return res
+
+
+def _run_prepared(func, a, p, transpose_a, transpose_b, out, a_dtypes):
+    """``b`` prepared (linalg.prepare): checked against what it was made for, then the
+    packed-B kernel; ``a`` 2-D or with leading batch dimensions (rule 7.1)."""
+    transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
+    p.check(func, transpose_b)
+    ab = buf(a, func, "a", a_dtypes, copy=False)
+    if ab.ndim < 2:
+        raise ValueError(
+            f"mojolearn: {func}: a must be at least 2-D, got {ab.ndim}-D with shape {ab.shape}")
+    m, n, k = _shapes(func, ab.shape[-2:], p.shape, transpose_a, transpose_b)
+    batch = tuple(ab.shape[:-2])
+    shape = batch + (m, n)
+    if out is None:
+        ob = None
+    else:
+        ob = out_buf(out, func, "float32", shape)
+        _no_overlap(func, ob, _in_place((("a", ab),)))
+    nb = 1
+    for d in batch:
+        nb *= d
+    if not (m and n and nb):
+        return out if ob is not None else empty("float32", shape, func=func)
+    ab = contiguous(ab, func, "a")
+    if ob is not None:
+        res, caddr = out, ob.addr
+    else:
+        res = empty("float32", shape, func=func, zero=False)
+        caddr = res.address
+    a16 = int(ab.dtype == "uint16")
+    if not transpose_a:
+        # rows of every batch are rows of one (batch*m, k) product: the same bits (6.5)
+        calls = [(ab.addr, caddr, nb * m)]
+    else:
+        sa = m * k * ab.itemsize
+        calls = [(ab.addr + t * sa, caddr + t * m * n * 4, m) for t in range(nb)]
+    threads = get_num_threads()
+    nat = native()
+    for pa_, pc_, rows in calls:
+        wa, wn = _ws()
+        need = nat.gemm_f32_packed((pa_, p._addr, pc_, rows, n, k, int(transpose_a), a16,
+                                    threads, sabotage_arg(), wa, wn))
+        if need > wn:
+            _ws_fit(need)
     return res
 
 

@@ -50,6 +50,11 @@ ENTRIES = (
           + _GEMM_TAIL, "both", "int", "int8i32.v1"),
     Entry("gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k")
           + _GEMM_TAIL, "both", "int", "int15i64.v1"),
+    # prepared weights (linalg.prepare): B packed once, then multiplied as gemm_f32 would
+    Entry("gemm_f32_pack", ("b", "dst", "n", "k", "trans_b", "b_bf16", "tasks"), "cpu",
+          doc="pack B for gemm_f32_packed: ceil(n / NR) * NR * k float32"),
+    Entry("gemm_f32_packed", ("a", "b_packed", "c", "m", "n", "k", "trans_a", "a_bf16")
+          + _GEMM_TAIL, "cpu", "int", "fp32.v1 / bf16f32.v1, B prepared"),
     Entry("strided_copy", ("src", "dst", "itemsize", "ndim", "shape", "byte_strides"), "both"),
     Entry("mxcsr", (), "both", "int", "the calling thread's MXCSR"),
     # CPU builds only

@@ -10,6 +10,10 @@ The numeric profile (mojolearn.profiles) is never read here: these functions alw
 compute the profile their name says. The model classes (mojolearn.models) choose a
 profile and call the matching function.
 
+PREPARED WEIGHTS
+    prepare(b, transpose_b=...) packs a weight once for this CPU build; matmul /
+    matmul_bf16 take the result in place of b (same bits, no packing per call).
+
 THE CONVERTERS
     to_bf16 / from_bf16, quantize_int8 / dequantize_int8, quantize_int15 /
     dequantize_int15.
@@ -26,6 +30,7 @@ from ._convert import (
     to_bf16,
 )
 from ._gemm import release_workspace
+from ._prepared import PreparedWeight, prepare
 from ._gemm import INT8_MAX_K, INT15_MAX_K, matmul, matmul_bf16, matmul_int8, matmul_int15
 
 PROFILE_NAMES = {
@@ -48,7 +53,7 @@ __all__ = [
     "matmul", "matmul_bf16", "matmul_int8", "matmul_int15",
     "to_bf16", "from_bf16", "quantize_int8", "dequantize_int8",
     "quantize_int15", "dequantize_int15", "INT8_MAX_K", "INT15_MAX_K",
-    "PROFILE_NAMES", "backend", "release_workspace",
+    "PROFILE_NAMES", "backend", "release_workspace", "prepare", "PreparedWeight",
 ]
 
 

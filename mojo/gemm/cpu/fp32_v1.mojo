@@ -39,17 +39,22 @@ def nc_for(k: Int, ncols: Int) -> Int:
     return min(nc, round_up(ncols, NR))
 
 
-def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
-    """Workspace floats f32_block needs for a block of i_rows x j_cols."""
+def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False) -> Int:
+    """Workspace floats f32_block needs for a block of i_rows x j_cols (no packed B
+    chunk when B comes prepared)."""
     var L = leaf_size(g.k)
     var nleaves = leaf_count(g.k)
     var nc_max = nc_for(g.k, j_cols)
     var mc_pad = round_up(min(MC, i_rows), MR)
     var nslots = mc_pad * nc_max * bit_length(nleaves) if nleaves > 1 else NR
-    return round_up(nc_max * g.k, 16) + round_up(mc_pad * L, 16) + round_up(nslots, 16)
+    var bpart = 0 if prepared else round_up(nc_max * g.k, 16)
+    return bpart + round_up(mc_pad * L, 16) + round_up(nslots, 16)
 
 
-def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr):
+def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int = 0):
+    """bpre: 0, or the address of B prepared in pack_b's layout over all n
+    (pack_f32.pack_b_all): nothing is packed, chunk jc is read at bpre + jc * k
+    (j_lo is then a multiple of NR)."""
     var m = g.m
     var n = g.n
     var k = g.k
@@ -64,14 +69,17 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var nc_max = nc_for(k, j_hi - j_lo)
     var mc_pad = round_up(min(MC, i_hi - i_lo), MR)
     var bpack = ws
-    var apack = ws.unsafe_offset(round_up(nc_max * k, 16))
+    var apack = ws.unsafe_offset(round_up(nc_max * k, 16)) if bpre == 0 else ws
     var level_stride = mc_pad * nc_max
     var slots = apack.unsafe_offset(round_up(mc_pad * L, 16))
     var acc = Acc(fill=SIMD[DType.float32, W](0))
     var jc = j_lo
     while jc < j_hi:
         var nc = min(nc_max, j_hi - jc)
-        pack_b(g.b, g.b_bf16, g.trans_b, ldb, jc, nc, k, bpack)
+        if bpre == 0:
+            pack_b(g.b, g.b_bf16, g.trans_b, ldb, jc, nc, k, bpack)
+        else:
+            bpack = F32Ptr(unsafe_from_address=bpre).unsafe_offset(jc * k)
         var npan = (nc + NR - 1) // NR
         var ic = i_lo
         while ic < i_hi:

@@ -172,3 +172,22 @@ def pack_b_rows(
             for jj in range(cols, NR):
                 for kk in range(lk):
                     d.unsafe_store(kk * NR + jj, Float32(0))
+
+
+def pack_b_all(
+    src: Int, b_bf16: Bool, trans_b: Bool, ldb: Int, p_lo: Int, p_hi: Int, n: Int, k: Int,
+    dst: F32Ptr,
+):
+    """Panels [p_lo, p_hi) of the whole of B (pack_b's layout over all n columns:
+    panel q holds columns q*NR .. q*NR+NR-1 for kk in 0..k, at dst + q*NR*k, the
+    columns past n zero). A prepared weight is this, made once: the kernels then read
+    it where pack_b / pack_b_rows would have written it. Copies bits (bf16 widened
+    exactly); never rounds."""
+    for q in range(p_lo, p_hi):
+        var d = dst.unsafe_offset(q * NR * k)
+        var cols = min(NR, n - q * NR)
+        comptime if W == 16 and NR % 16 == 0:
+            if trans_b and not b_bf16 and cols == NR and k % 16 == 0:
+                pack_b_rows_t16(src, ldb, q * NR, 0, k, d)
+                continue
+        pack_b(src, b_bf16, trans_b, ldb, q * NR, cols, k, d)

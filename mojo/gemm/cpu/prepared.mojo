@@ -1,0 +1,173 @@
+"""Prepared weights for fp32.v1 / bf16f32.v1: B packed once (pack_f32.pack_b_all),
+then multiplied many times without packing it again.
+
+The products run the same loop nests as gemm_f32 (fp32_v1.f32_block and
+f32_block_small_m), which read B's panels where they lie instead of packing them:
+per output the same leaves, the same FMA chains in the same order, the same tree,
+so the bits are those of the raw call (contract 6.5: the order depends on k only).
+Few rows (m <= MC, decode included) take f32_small_prepared below (f32_block_small_m's
+arithmetic, panel by panel: each task streams its panels once, front to back), columns
+split over tasks; more rows take the blocked nest, split as gemm_f32 splits them.
+"""
+from std.python import Python, PythonObject
+from std.python.bindings import PythonModuleBuilder
+from max.algorithm import parallelize
+from common.ptr import F32Ptr, U32Ptr
+from common.fpstate import enter_contract_mode, leave_contract_mode
+from common.tasks import chunk_bounds, run_tasks
+from std.collections import Array
+from gemm.cpu.blocking import MR, NR, MC, W, round_up
+from gemm.cpu.pack_f32 import pack_a, pack_b_all
+from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws
+from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
+from gemm.cpu.tree import finish_tile
+from arith.tree import leaf_size, bit_length
+from std.memory.alloc import unsafe_alloc
+
+
+def _arg(args: PythonObject, i: Int) raises -> Int:
+    return Int(py=args[i])
+
+
+def small_prepared_ws(g: GemmArgs, i_rows: Int) -> Int:
+    """Workspace floats f32_small_prepared needs: A packed over all of k, and the tree
+    slots of one column panel."""
+    var L = leaf_size(g.k)
+    var nleaves = (g.k + L - 1) // L
+    var mpan = (i_rows + MR - 1) // MR
+    return round_up(mpan * MR * g.k, 16) + mpan * MR * NR * max(bit_length(nleaves), 1)
+
+
+def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int):
+    """Rows [i_lo, i_hi) (at most MC) x columns [j_lo, j_hi) (j_lo a multiple of NR)
+    against the prepared panels at bpre. Per MR x NR tile: the leaves in ascending
+    order, each one micro-kernel chain (contract 6.3), merged by finish_tile (6.4):
+    the arithmetic of f32_block_small_m; only the order in which tiles are visited
+    differs (panel outer, leaf inner), which no output can see."""
+    var n = g.n
+    var k = g.k
+    if i_hi <= i_lo or j_hi <= j_lo:
+        return
+    var cptr = F32Ptr(unsafe_from_address=g.c)
+    var lda = g.m if g.trans_a else k
+    var L = leaf_size(k)
+    var nleaves = (k + L - 1) // L
+    var levels = bit_length(nleaves)
+    var mc = i_hi - i_lo
+    var mpan = (mc + MR - 1) // MR
+    var apack = ws
+    var slots = ws.unsafe_offset(round_up(mpan * MR * k, 16))
+    var level_stride = mpan * MR * NR
+    for p in range(nleaves):
+        var k0 = p * L
+        var lk = min(L, k - k0)
+        pack_a(g.a, g.a_bf16, g.trans_a, lda, i_lo, mc, k0, lk, apack.unsafe_offset(k0 * mpan * MR))
+    var acc = Acc(fill=SIMD[DType.float32, W](0))
+    var bsrc = F32Ptr(unsafe_from_address=bpre)
+    for q in range(j_lo // NR, (j_hi + NR - 1) // NR):
+        var nr = min(NR, j_hi - q * NR)
+        var panel = bsrc.unsafe_offset(q * NR * k)
+        for p in range(nleaves):
+            var k0 = p * L
+            var lk = min(L, k - k0)
+            var bp = panel.unsafe_offset(k0 * NR)
+            for ip in range(mpan):
+                var mr = min(MR, mc - ip * MR)
+                var ap = apack.unsafe_offset((k0 * mpan + ip * lk) * MR)
+                if g.sabotage and p == nleaves - 1:
+                    ukernel_leaf_reversed(ap, bp, lk, NR, acc)
+                else:
+                    ukernel_rows(ap, bp, lk, NR, mr, acc)
+                var cp = cptr.unsafe_offset((i_lo + ip * MR) * n + q * NR)
+                finish_tile(acc, p, nleaves, levels, slots, level_stride, ip * MR * NR, cp, n, mr, nr)
+
+
+def gemm_f32_pack(args: PythonObject) raises -> PythonObject:
+    """Arguments: (b, dst, n, k, trans_b, b_bf16, tasks). dst holds
+    ceil(n / NR) * NR * k float32 (NR: this build's block table)."""
+    var src = _arg(args, 0)
+    var dst = F32Ptr(unsafe_from_address=_arg(args, 1))
+    var n = _arg(args, 2)
+    var k = _arg(args, 3)
+    var trans_b = _arg(args, 4) != 0
+    var b_bf16 = _arg(args, 5) != 0
+    var npan = (n + NR - 1) // NR
+    var tasks = max(1, min(_arg(args, 6), npan))
+    var ldb = k if trans_b else n
+
+    def work(t: Int) {imm src, imm dst, imm n, imm k, imm trans_b, imm b_bf16, imm npan, imm tasks, imm ldb}:
+        var b = chunk_bounds(npan, tasks, t, 1)
+        pack_b_all(src, b_bf16, trans_b, ldb, b[0], b[1], n, k, dst)
+
+    if npan > 0 and k > 0:
+        run_tasks(work, tasks)
+    return PythonObject(None)
+
+
+def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a, b_packed, c, m, n, k, trans_a, a_bf16, tasks, sabotage, workspace
+    address, workspace bytes). Returns the workspace bytes this call needed."""
+    var bpre = _arg(args, 1)
+    var g = GemmArgs(
+        _arg(args, 0), bpre, _arg(args, 2), _arg(args, 3), _arg(args, 4), _arg(args, 5),
+        _arg(args, 6) != 0, False, _arg(args, 7) != 0, False, _arg(args, 9) != 0,
+    )
+    var tasks = max(1, _arg(args, 8))
+    var ws_addr = _arg(args, 10)
+    var ws_bytes = _arg(args, 11)
+    var m = g.m
+    var n = g.n
+    var need_total = 0
+    ref cpy = Python().cpython()
+    var st = cpy.PyEval_SaveThread()
+    if g.k == 0:
+        var cz = F32Ptr(unsafe_from_address=g.c)
+        for i in range(m * n):
+            cz.unsafe_store(i, Float32(0))
+    else:
+        var npan = (n + NR - 1) // NR
+        var mpan = (m + MR - 1) // MR
+        var small_m = m <= MC
+        var split_n = small_m or npan >= 2 * tasks or npan >= mpan
+        var units = npan if split_n else mpan
+        var t_count = max(1, min(tasks, units))
+        var rows = m
+        var cols = n
+        if split_n:
+            cols = chunk_bounds(n, t_count, 0, NR)[1]
+        else:
+            rows = chunk_bounds(m, t_count, 0, MR)[1]
+        var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True)
+        need_total = per_task * t_count * 4
+        var own = ws_bytes < need_total
+        var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
+            per_task * t_count, alignment=64
+        ).unsafe_origin_cast[MutAnyOrigin]()
+
+        def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm ws, imm per_task, imm bpre}:
+            var w = ws.unsafe_offset(t * per_task)
+            var old = enter_contract_mode()
+            if split_n:
+                var b = chunk_bounds(g.n, t_count, t, NR)
+                if small_m:
+                    f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre)
+                else:
+                    f32_block(g, 0, g.m, b[0], b[1], w, bpre)
+            else:
+                var b = chunk_bounds(g.m, t_count, t, MR)
+                f32_block(g, b[0], b[1], 0, g.n, w, bpre)
+            leave_contract_mode(old)
+
+        if t_count == 1:
+            work(0)
+        else:
+            parallelize(work, t_count)
+        if own:
+            ws.unsafe_free()
+    cpy.PyEval_RestoreThread(st)
+    return PythonObject(need_total)
+
+
+def register_prepared(mut m: PythonModuleBuilder) raises:
+    m.def_function[gemm_f32_pack]("gemm_f32_pack")
+    m.def_function[gemm_f32_packed]("gemm_f32_packed")

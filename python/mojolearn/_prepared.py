@@ -1,0 +1,192 @@
+"""Prepared weights: ``linalg.prepare(b)`` packs a right-hand operand ONCE into the
+layout the CPU fp32.v1 / bf16f32.v1 kernels stream (mojo/gemm/cpu/pack_f32.mojo,
+``pack_b_all``: NR-column panels over all of k, NR from this build's block table);
+``matmul`` / ``matmul_bf16`` take the result in place of ``b`` and skip the packing
+they would otherwise do on every call. The bits are those of the raw call: packing
+copies bits (bf16 widened exactly, rule L-1) and the products run the same leaves,
+chains and tree (contract 6.5: the order depends on k only).
+
+The object records what it was made for: the CPU build (``mojolearn.cpu_isa()``) and
+its panel width, the profile (fp32.v1 for a float32 ``b``, bf16f32.v1 for bf16 bits),
+the stored shape, the layout (``transpose_b``) and the layout version. A call that
+does not match any of these (another build, e.g. an object unpickled in a process
+running another ``MOJOLEARN_ISA``; the other profile's function; another k; the other
+transpose flag; a released object; one made by another layout version; a call served
+by a GPU) is refused by name. It is a copy: later changes to the source array do not
+reach it.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from . import _cpu
+from ._native_loader import blocking, cpu_native
+from ._threads import get_num_threads
+from ._validate import buf, contiguous
+
+LAYOUT = "nr-panels/1"  # pack_b_all: panel q = columns [q*NR, q*NR+NR) for kk in 0..k
+PROFILES = {"float32": "mojolearn.identical.gemm.fp32.v1",
+            "uint16": "mojolearn.identical.gemm.bf16f32.v1"}
+FUNCS = {"mojolearn.identical.gemm.fp32.v1": "matmul",
+         "mojolearn.identical.gemm.bf16f32.v1": "matmul_bf16"}
+_ALIGN = 64
+_HUGE = 2 * 1024 * 1024
+
+
+def _alloc(nbytes: int):
+    """Anonymous memory for the panels: ((mmap, its ctypes view), aligned address).
+    Large blocks are asked for as transparent huge pages (as numpy does for its large
+    arrays) and aligned to 2 MiB: a prepared weight is read front to back on every
+    call, and 4 KiB pages would cost a TLB miss every 4 KiB of the stream."""
+    import mmap
+
+    align = _HUGE if nbytes >= _HUGE else _ALIGN
+    mm = mmap.mmap(-1, nbytes + align)
+    if align == _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            mm.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # pragma: no cover - a kernel without THP: 4 KiB pages, same bits
+            pass
+    view = (ctypes.c_byte * (nbytes + align)).from_buffer(mm)
+    base = ctypes.addressof(view)
+    return (mm, view), base + (-base) % align
+_NR = []
+
+
+def build_nr() -> int:
+    """The panel width (NR) of the CPU build serving this process (its block table)."""
+    if not _NR:
+        _NR.append(blocking()["NR"])
+    return _NR[0]
+
+
+class PreparedWeight:
+    """A right-hand GEMM operand packed once for this CPU build (see ``linalg.prepare``).
+
+    Attributes: ``shape`` (the stored shape of b: (k, n), or (n, k) when
+    ``transpose_b``), ``transpose_b``, ``profile`` (the profile name of the function
+    that takes it), ``isa`` (the CPU build it was packed for), ``nr`` (its panel
+    width), ``layout``, ``nbytes`` (memory held). ``release()`` frees the memory; a
+    released object is refused by every product."""
+
+    __slots__ = ("shape", "transpose_b", "profile", "isa", "nr", "layout", "n", "k",
+                 "_mem", "_addr", "_floats")
+
+    def __init__(self):  # made by prepare() or unpickling only
+        raise TypeError("mojolearn: PreparedWeight: make one with mojolearn.linalg.prepare(b, "
+                        "transpose_b=...)")
+
+    @classmethod
+    def _new(cls, shape, transpose_b, profile, isa, nr, layout, floats):
+        self = object.__new__(cls)
+        self.shape, self.transpose_b, self.profile = tuple(shape), bool(transpose_b), profile
+        self.isa, self.nr, self.layout = isa, int(nr), layout
+        if transpose_b:
+            self.n, self.k = self.shape
+        else:
+            self.k, self.n = self.shape
+        self._floats = int(floats)
+        self._mem, self._addr = _alloc(4 * max(self._floats, 1))
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._mem is None else 4 * self._floats
+
+    @property
+    def released(self) -> bool:
+        return self._mem is None
+
+    def release(self) -> int:
+        """Free the packed panels; returns the bytes released. Later use is refused."""
+        n = self.nbytes
+        mem, self._mem, self._addr = self._mem, None, 0
+        if mem is not None:
+            mm, view = mem
+            del view
+            mm.close()
+        return n
+
+    def __repr__(self):
+        state = "released" if self._mem is None else f"{self.nbytes} bytes"
+        return (f"PreparedWeight(shape={self.shape}, transpose_b={self.transpose_b}, "
+                f"profile={self.profile!r}, isa={self.isa!r}, layout={self.layout!r}, {state})")
+
+    def __reduce__(self):
+        if self._mem is None:
+            raise ValueError("mojolearn: PreparedWeight: a released prepared weight cannot be "
+                             "pickled; prepare the weight again")
+        data = ctypes.string_at(self._addr, 4 * self._floats)
+        return (_restore, ((self.shape, self.transpose_b, self.profile, self.isa, self.nr,
+                            self.layout, self._floats), data))
+
+    def check(self, func: str, transpose_b: bool) -> None:
+        """Refuse, by name, a use this object was not made for (see the module doc)."""
+        if self._mem is None:
+            raise ValueError(f"mojolearn: {func}: this prepared weight was released; prepare "
+                             "the weight again with linalg.prepare")
+        if self.layout != LAYOUT:
+            raise ValueError(
+                f"mojolearn: {func}: this prepared weight is stale: its layout is "
+                f"{self.layout!r}, this mojolearn packs {LAYOUT!r}; prepare the weight again")
+        want = FUNCS.get(self.profile)
+        if want != func:
+            raise TypeError(
+                f"mojolearn: {func}: this weight was prepared for {want} ({self.profile}); "
+                f"pass it to {want}, or prepare the "
+                f"{'float32' if func == 'matmul' else 'bf16 bits (uint16)'} weight for {func}")
+        isa = _cpu.cpu_isa()
+        if self.isa != isa or self.nr != build_nr():
+            raise ValueError(
+                f"mojolearn: {func}: this weight was prepared for the {self.isa} CPU build "
+                f"(panels of {self.nr} columns); this process runs the {isa} build "
+                f"(MOJOLEARN_ISA / mojolearn.cpu_isa()); prepare the weight again here")
+        if bool(transpose_b) != self.transpose_b:
+            raise ValueError(
+                f"mojolearn: {func}: this weight was prepared with transpose_b="
+                f"{self.transpose_b} (b stored {self.shape}) but the call passes transpose_b="
+                f"{bool(transpose_b)}; pass the flag it was prepared with")
+        from ._native_loader import native
+
+        if native() is not cpu_native():
+            raise ValueError(
+                f"mojolearn: {func}: prepared weights are a CPU kernel layout and this call "
+                "runs on the GPU; pass the raw weight, or mojolearn.set_device('cpu')")
+
+
+def _restore(meta, data):
+    shape, transpose_b, profile, isa, nr, layout, floats = meta
+    p = PreparedWeight._new(shape, transpose_b, profile, isa, nr, layout, floats)
+    if len(data) != 4 * floats:
+        raise ValueError("mojolearn: PreparedWeight: the pickled panels have the wrong size")
+    ctypes.memmove(p._addr, data, len(data))
+    return p
+
+
+def prepare(b, *, transpose_b=False, **unexpected):
+    """Pack the right-hand operand ``b`` once for this CPU build; returns a
+    ``PreparedWeight`` that ``matmul`` (b float32) or ``matmul_bf16`` (b bf16 bits,
+    uint16) accept in place of ``b``, with the same bits as the raw call.
+
+    ``transpose_b`` names the layout b is stored in, as in those calls: False for
+    (k, n) (``a @ b``), True for (n, k) (``a @ b.T``, how checkpoints store weights).
+    The call must pass the same flag. The object is a copy (about ``b``'s float32
+    size, columns padded to the panel width) tied to this process's CPU build."""
+    from ._gemm import _flag, _no_extra
+
+    func = "prepare"
+    _no_extra(func, unexpected, "(b, *, transpose_b=False)")
+    transpose_b = _flag(func, "transpose_b", transpose_b)
+    bb = buf(b, func, "b", ("float32", "uint16"), ndim=2, copy=False)
+    bb = contiguous(bb, func, "b")
+    isa = _cpu.cpu_isa()
+    nr = build_nr()
+    n, k = bb.shape if transpose_b else bb.shape[::-1]
+    npan = (n + nr - 1) // nr
+    p = PreparedWeight._new(bb.shape, transpose_b, PROFILES[bb.dtype], isa, nr, LAYOUT,
+                            npan * nr * k)
+    if n and k:
+        cpu_native().gemm_f32_pack((bb.addr, p._addr, n, k, int(transpose_b),
+                                    int(bb.dtype == "uint16"), get_num_threads()))
+    del bb  # alive until the packing returned
+    return p
