@@ -16,17 +16,41 @@ from common.ptr import F32Ptr, U32Ptr
 from common.fpstate import enter_contract_mode, leave_contract_mode
 from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
-from gemm.cpu.blocking import MR, NR, MC, W, round_up
+from gemm.cpu.blocking import MR, NR, NV, MC, W, round_up
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
 from arith.tree import leaf_size, bit_length
+from std.sys.intrinsics import prefetch, PrefetchOptions
+from std.math import fma
 from std.memory.alloc import unsafe_alloc
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
     return Int(py=args[i])
+
+
+comptime PF_FLOATS = 4096  # software prefetch distance into the panel stream (16 KiB)
+
+
+@always_inline
+def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
+    """ukernel_leaf[R] (the same chains, contract 6.3) that also prefetches the panel
+    stream PF_FLOATS ahead: with few rows a leaf is too short for the hardware
+    prefetcher alone to keep memory busy."""
+    comptime for q in range(MR * NV):
+        acc[q] = SIMD[DType.float32, W](0)
+    for kk in range(lk):
+        comptime for l in range(NR // 16):
+            prefetch[PrefetchOptions().for_read().medium_locality()](b.unsafe_offset(kk * NR + PF_FLOATS + l * 16))
+        var bv = Array[SIMD[DType.float32, W], NV](fill=SIMD[DType.float32, W](0))
+        comptime for v in range(NV):
+            bv[v] = b.unsafe_load[width=W](kk * NR + v * W)
+        comptime for i in range(R):
+            var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
+            comptime for v in range(NV):
+                acc[i * NV + v] = fma(av, bv[v], acc[i * NV + v])
 
 
 def small_prepared_ws(g: GemmArgs, i_rows: Int) -> Int:
@@ -76,8 +100,16 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
                 var ap = apack.unsafe_offset((k0 * mpan + ip * lk) * MR)
                 if g.sabotage and p == nleaves - 1:
                     ukernel_leaf_reversed(ap, bp, lk, NR, acc)
-                else:
+                elif ip > 0:
                     ukernel_rows(ap, bp, lk, NR, mr, acc)
+                elif mr > 4:
+                    _leaf_pf[MR](ap, bp, lk, acc)
+                elif mr == 1:
+                    _leaf_pf[1](ap, bp, lk, acc)
+                elif mr == 2:
+                    _leaf_pf[2](ap, bp, lk, acc)
+                else:
+                    _leaf_pf[4](ap, bp, lk, acc)
                 var cp = cptr.unsafe_offset((i_lo + ip * MR) * n + q * NR)
                 finish_tile(acc, p, nleaves, levels, slots, level_stride, ip * MR * NR, cp, n, mr, nr)
 

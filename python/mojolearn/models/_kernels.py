@@ -40,6 +40,29 @@ def gemm_nt(x, ldx_rows: int, w, out, *, w_bf16: bool = False):
     return out
 
 
+def prepare_nt(w):
+    """w (n, k) float32 packed once for the fp32.v1 kernel of this CPU build
+    (linalg.prepare with transpose_b=True)."""
+    from .. import _prepared
+
+    return _prepared.prepare(w, transpose_b=True)
+
+
+def gemm_prepared(x, ldx_rows: int, p, out):
+    """out (m, n) = x (m, k) @ w.T under fp32.v1, w prepared by prepare_nt (the bits of
+    gemm_nt on the raw w). The model made p in this process for this build."""
+    m, k, n = ldx_rows, p.k, p.n
+    if m == 0 or n == 0:
+        return out
+    wa, wn = _gemm._ws()
+    need = native().gemm_f32_packed((
+        _a(x), p._addr, _a(out), m, n, k, 0, 0, get_num_threads(), _gemm.sabotage_arg(), wa, wn,
+    ))
+    if need > wn:
+        _gemm._ws_fit(need)
+    return out
+
+
 def quantize15(x, m: int, k: int):
     """(hi, lo, exps) of the rows of x (m, k) under the int15 quantizer (W-1..W-3)."""
     hi = np.empty((m, k), dtype=np.int8)

@@ -45,9 +45,11 @@ def _f32_2d(w, name):
 
 class Proj:
     """One weight matrix (out, in), possibly several stacked by rows, prepared once for
-    the profile: float32 or bf16 bits for fp32.v1, int15 codes for int15i64.v1. The
-    weight format is materialized first (rule M-26), so the codes under int8 storage
-    come from the int8-materialized float32 (rule M-22)."""
+    the profile: float32 packed for this CPU build (linalg.prepare: the fp32.v1 kernel
+    reads its panels, never packs per call; the same bits), bf16 bits for fp32.v1 under
+    bfloat16 storage (kept at half size), int15 codes for int15i64.v1. The weight
+    format is materialized first (rule M-26), so the codes under int8 storage come
+    from the int8-materialized float32 (rule M-22)."""
 
     def __init__(self, w, profile: str, weight_format: str = "float32"):
         self.n, self.k = w.shape
@@ -64,7 +66,7 @@ class Proj:
         if self.fixed15:
             self.w = K.quantize15(w, self.n, self.k)
         else:
-            self.w = w
+            self.w = K.prepare_nt(w)
 
     def nbytes(self):
         if isinstance(self.w, tuple):
@@ -79,7 +81,9 @@ class Proj:
             if xq is None:
                 xq = K.quantize15(x, rows, self.k)
             return K.gemm_int15(xq, self.w, out, rows, self.n, self.k)
-        return K.gemm_nt(x, rows, self.w, out, w_bf16=self.bf16)
+        if self.bf16:
+            return K.gemm_nt(x, rows, self.w, out, w_bf16=True)
+        return K.gemm_prepared(x, rows, self.w, out)
 
 
 class Layer:
