@@ -25,6 +25,7 @@ FILES = {
     "tests/test_gemm_fp32.py": "not slow",
     "tests/test_gemm_bf16.py": "not slow",
     "tests/test_convert.py": "not slow",
+    "tests/test_prepared.py": "not slow",
 }
 
 

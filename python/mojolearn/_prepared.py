@@ -102,9 +102,12 @@ class PreparedWeight:
         n = self.nbytes
         mem, self._mem, self._addr = self._mem, None, 0
         if mem is not None:
-            mm, view = mem
-            del view
-            mm.close()
+            mm = mem[0]
+            del mem  # the ctypes view goes with it, then the mapping can close
+            try:
+                mm.close()
+            except BufferError:  # pragma: no cover - a view still held: freed when dropped
+                pass
         return n
 
     def __repr__(self):
