@@ -210,6 +210,15 @@ def main(argv=None):
                     "numpy": lambda X=X, Wt=Wt, tb=tb: X @ (Wt.T if tb else Wt)}
             B.case(f"matmul;fp32.v1;{lay};{m};{dn};{dn}", "matmul", "fp32.v1", (m, dn, dn), cont,
                    peer="numpy", flops=2 * m * dn * dn)
+            # the same product with the weight prepared once (linalg.prepare); the raw
+            # call runs beside it so the row also says what preparing saves
+            P = linalg.prepare(Wt, transpose_b=tb)
+            cont = {"mojolearn": lambda X=X, P=P, tb=tb: linalg.matmul(X, P, transpose_b=tb),
+                    "raw": lambda X=X, Wt=Wt, tb=tb: linalg.matmul(X, Wt, transpose_b=tb),
+                    "numpy": lambda X=X, Wt=Wt, tb=tb: X @ (Wt.T if tb else Wt)}
+            B.case(f"matmul;fp32.v1;prepared;{lay};{m};{dn};{dn}", "matmul(a, prepare(b))", "fp32.v1",
+                   (m, dn, dn), cont, peer="numpy", flops=2 * m * dn * dn,
+                   extra={"prepared_bytes": P.nbytes})
     print("call overhead")
     t8 = np.ones((8, 8), np.float32)
     B.case("matmul;fp32.v1;NN;8;8;8", "matmul", "fp32.v1", (8, 8, 8),

@@ -96,7 +96,11 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
                         var mr = min(MR, mc - ip * MR)
                         var ap = apack.unsafe_offset(ip * MR * lk)
                         if g.sabotage and p == nleaves - 1:
-                            ukernel_leaf_reversed(ap, bp, lk, NR, acc)
+                            # a separate accumulator: passing acc itself to this out-of-line call would
+                            # let its address escape, and the hot loop would store acc on every FMA
+                            var racc = Acc(fill=SIMD[DType.float32, W](0))
+                            ukernel_leaf_reversed(ap, bp, lk, NR, racc)
+                            acc = racc^
                         else:
                             ukernel_leaf(ap, bp, lk, NR, acc)
                         var tile_off = (jp * mpan + ip) * MR * NR
@@ -159,7 +163,11 @@ def f32_block_small_m(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, w
                     var mr = min(MR, mc - ip * MR)
                     var ap = apack.unsafe_offset((k0 * mpan + ip * lk) * MR)
                     if g.sabotage and p == nleaves - 1:
-                        ukernel_leaf_reversed(ap, bp, lk, NR, acc)
+                        # a separate accumulator: passing acc itself to this out-of-line call would
+                        # let its address escape, and the hot loop would store acc on every FMA
+                        var racc = Acc(fill=SIMD[DType.float32, W](0))
+                        ukernel_leaf_reversed(ap, bp, lk, NR, racc)
+                        acc = racc^
                     else:
                         ukernel_rows(ap, bp, lk, NR, mr, acc)
                     var cp = cptr.unsafe_offset((i_lo + ip * MR) * n + jc + jp * NR)

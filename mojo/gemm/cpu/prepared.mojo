@@ -16,12 +16,13 @@ from common.ptr import F32Ptr, U32Ptr
 from common.fpstate import enter_contract_mode, leave_contract_mode
 from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
-from gemm.cpu.blocking import MR, NR, NV, MC, W, round_up
+from gemm.cpu.blocking import MR, NR, NV, MC, W, ROWS_MAX, round_up
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
-from arith.tree import leaf_size, bit_length
+from arith.tree import leaf_size, bit_length, trailing_ones, tree_add
+from arith.fp import ftz
 from std.sys.intrinsics import prefetch, PrefetchOptions
 from std.math import fma
 from std.memory.alloc import unsafe_alloc
@@ -99,7 +100,11 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
                 var mr = min(MR, mc - ip * MR)
                 var ap = apack.unsafe_offset((k0 * mpan + ip * lk) * MR)
                 if g.sabotage and p == nleaves - 1:
-                    ukernel_leaf_reversed(ap, bp, lk, NR, acc)
+                    # a separate accumulator: passing acc itself to this out-of-line call would
+                    # let its address escape, and the hot loop would store acc on every FMA
+                    var racc = Acc(fill=SIMD[DType.float32, W](0))
+                    ukernel_leaf_reversed(ap, bp, lk, NR, racc)
+                    acc = racc^
                 elif ip > 0:
                     ukernel_rows(ap, bp, lk, NR, mr, acc)
                 elif mr > 4:
@@ -112,6 +117,124 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
                     _leaf_pf[4](ap, bp, lk, acc)
                 var cp = cptr.unsafe_offset((i_lo + ip * MR) * n + q * NR)
                 finish_tile(acc, p, nleaves, levels, slots, level_stride, ip * MR * NR, cp, n, mr, nr)
+
+
+# ---------------------------------------------------------------- decode rows (m <= ROWS_MAX)
+comptime RP = 2 if W >= 16 else 1  # panels a decode step reads side by side (more chains in
+# flight; AVX2 has 16 registers, too few for 4 rows x 2 panels)
+comptime RACC = ROWS_MAX * RP * NV
+comptime RAcc = Array[SIMD[DType.float32, W], RACC]
+comptime RSLOT = RACC * W  # floats of one tree level
+
+
+def rows_prepared_ws(g: GemmArgs) -> Int:
+    """Workspace floats f32_rows_prepared needs: A packed over all of k, and one tree
+    slot per level for RP panels of ROWS_MAX rows."""
+    var L = leaf_size(g.k)
+    var nleaves = (g.k + L - 1) // L
+    return round_up(MR * g.k, 16) + RSLOT * max(bit_length(nleaves), 1)
+
+
+@always_inline
+def _rows_leaf[R: Int, P: Int](a: F32Ptr, b: F32Ptr, pstride: Int, lk: Int, mut acc: RAcc):
+    """One leaf of R rows against P panels (panel pp at b + pp * pstride): per output
+    acc = +0, then fma(a[i, kk], b[kk, j], acc) for kk ascending (contract 6.3), the
+    chains of ukernel_leaf; the P panels only give more independent chains."""
+    comptime for q in range(R * P * NV):
+        acc[q] = SIMD[DType.float32, W](0)
+    for kk in range(lk):
+        comptime for pp in range(P):
+            comptime for l in range(NR // 16):
+                prefetch[PrefetchOptions().for_read().medium_locality()](
+                    b.unsafe_offset(pp * pstride + kk * NR + PF_FLOATS + l * 16))
+        var bv = Array[SIMD[DType.float32, W], RP * NV](fill=SIMD[DType.float32, W](0))
+        comptime for pp in range(P):
+            comptime for v in range(NV):
+                bv[pp * NV + v] = b.unsafe_load[width=W](pp * pstride + kk * NR + v * W)
+        comptime for i in range(R):
+            var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
+            comptime for pp in range(P):
+                comptime for v in range(NV):
+                    acc[(i * P + pp) * NV + v] = fma(av, bv[pp * NV + v], acc[(i * P + pp) * NV + v])
+
+
+@always_inline
+def _rows_finish[R: Int, P: Int](
+    mut acc: RAcc, p: Int, nleaves: Int, levels: Int, slots: F32Ptr, c: F32Ptr, ldc: Int,
+    ncols: Int,
+):
+    """gemm.cpu.tree.finish_tile for these R x (P * NR) outputs: flush the leaf, merge
+    it with the levels given by the trailing one-bits of p (6.4), after the last leaf
+    fold the waiting levels and store columns [0, ncols) of each row."""
+    comptime Q = R * P * NV
+    comptime for q in range(Q):
+        acc[q] = ftz(acc[q])
+    var t = trailing_ones(p)
+    for lvl in range(t):
+        var s = slots.unsafe_offset(lvl * RSLOT)
+        comptime for q in range(Q):
+            acc[q] = tree_add[W](s.unsafe_load[width=W](q * W), acc[q])
+    if p == nleaves - 1:
+        for lvl in range(t + 1, levels):
+            if (nleaves >> lvl) & 1:
+                var s = slots.unsafe_offset(lvl * RSLOT)
+                comptime for q in range(Q):
+                    acc[q] = tree_add[W](s.unsafe_load[width=W](q * W), acc[q])
+        comptime for i in range(R):
+            comptime for pp in range(P):
+                comptime for v in range(NV):
+                    var c0 = pp * NR + v * W
+                    var x = acc[(i * P + pp) * NV + v]
+                    if c0 + W <= ncols:
+                        c.unsafe_store(i * ldc + c0, x)
+                    else:
+                        for l in range(max(0, ncols - c0)):
+                            c.unsafe_store(i * ldc + c0 + l, x[l])
+    else:
+        var s = slots.unsafe_offset(t * RSLOT)
+        comptime for q in range(Q):
+            s.unsafe_store(q * W, acc[q])
+
+
+def f32_rows_prepared[R: Int](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int):
+    """All R = m rows (m <= ROWS_MAX) x columns [j_lo, j_hi) (j_lo a multiple of NR):
+    RP panels at a time, every leaf in ascending order, the accumulators in registers."""
+    var n = g.n
+    var k = g.k
+    if j_hi <= j_lo:
+        return
+    var cptr = F32Ptr(unsafe_from_address=g.c)
+    var lda = g.m if g.trans_a else k
+    var L = leaf_size(k)
+    var nleaves = (k + L - 1) // L
+    var levels = bit_length(nleaves)
+    var apack = ws
+    var slots = ws.unsafe_offset(round_up(MR * k, 16))
+    for p in range(nleaves):
+        var k0 = p * L
+        var lk = min(L, k - k0)
+        pack_a(g.a, g.a_bf16, g.trans_a, lda, 0, R, k0, lk, apack.unsafe_offset(k0 * MR))
+    var acc = RAcc(fill=SIMD[DType.float32, W](0))
+    var bsrc = F32Ptr(unsafe_from_address=bpre)
+    var q = j_lo // NR
+    var qend = (j_hi + NR - 1) // NR
+    while q < qend:
+        var pair = q + 1 < qend
+        var panel = bsrc.unsafe_offset(q * NR * k)
+        var cp = cptr.unsafe_offset(q * NR)
+        var ncols = min(RP * NR, j_hi - q * NR)
+        for p in range(nleaves):
+            var k0 = p * L
+            var lk = min(L, k - k0)
+            var ap = apack.unsafe_offset(k0 * MR)
+            var bp = panel.unsafe_offset(k0 * NR)
+            if pair:
+                _rows_leaf[R, RP](ap, bp, NR * k, lk, acc)
+                _rows_finish[R, RP](acc, p, nleaves, levels, slots, cp, n, ncols)
+            else:
+                _rows_leaf[R, 1](ap, bp, NR * k, lk, acc)
+                _rows_finish[R, 1](acc, p, nleaves, levels, slots, cp, n, ncols)
+        q += RP if pair else 1
 
 
 def gemm_f32_pack(args: PythonObject) raises -> PythonObject:
@@ -169,17 +292,30 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
             cols = chunk_bounds(n, t_count, 0, NR)[1]
         else:
             rows = chunk_bounds(m, t_count, 0, MR)[1]
+        var rows_path = m <= ROWS_MAX and not g.sabotage
         var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True)
+        if rows_path:
+            per_task = rows_prepared_ws(g)
         need_total = per_task * t_count * 4
         var own = ws_bytes < need_total
         var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
             per_task * t_count, alignment=64
         ).unsafe_origin_cast[MutAnyOrigin]()
 
-        def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm ws, imm per_task, imm bpre}:
+        def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre}:
             var w = ws.unsafe_offset(t * per_task)
             var old = enter_contract_mode()
-            if split_n:
+            if rows_path:
+                var b = chunk_bounds(g.n, t_count, t, NR)
+                if g.m == 1:
+                    f32_rows_prepared[1](g, b[0], b[1], w, bpre)
+                elif g.m == 2:
+                    f32_rows_prepared[2](g, b[0], b[1], w, bpre)
+                elif g.m == 3:
+                    f32_rows_prepared[3](g, b[0], b[1], w, bpre)
+                else:
+                    f32_rows_prepared[4](g, b[0], b[1], w, bpre)
+            elif split_n:
                 var b = chunk_bounds(g.n, t_count, t, NR)
                 if small_m:
                     f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre)

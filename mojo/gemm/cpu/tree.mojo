@@ -48,9 +48,12 @@ def store_tile(acc: Acc, c: F32Ptr, ldc: Int, mr: Int, nr: Int):
             comptime for v in range(NV):
                 c.unsafe_store(i * ldc + v * W, acc[i * NV + v])
     else:
-        for i in range(mr):
-            comptime for v in range(NV):
-                var x = acc[i * NV + v]
-                for l in range(W):
-                    if v * W + l < nr:
-                        c.unsafe_store(i * ldc + v * W + l, x[l])
+        # rows indexed at compile time: a run-time index into acc would keep the
+        # accumulators in memory, and the micro-kernel loop would store them every step
+        comptime for i in range(MR):
+            if i < mr:
+                comptime for v in range(NV):
+                    var x = acc[i * NV + v]
+                    for l in range(W):
+                        if v * W + l < nr:
+                            c.unsafe_store(i * ldc + v * W + l, x[l])
