@@ -32,7 +32,7 @@ def _arg(args: PythonObject, i: Int) raises -> Int:
     return Int(py=args[i])
 
 
-comptime PF_FLOATS = 4096  # software prefetch distance into the panel stream (16 KiB)
+comptime PF_FLOATS = 1024  # software prefetch distance into the panel stream (4 KiB)
 
 
 @always_inline
@@ -44,7 +44,7 @@ def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
         acc[q] = SIMD[DType.float32, W](0)
     for kk in range(lk):
         comptime for l in range(NR // 16):
-            prefetch[PrefetchOptions().for_read().medium_locality()](b.unsafe_offset(kk * NR + PF_FLOATS + l * 16))
+            prefetch[PrefetchOptions().for_read().high_locality()](b.unsafe_offset(kk * NR + PF_FLOATS + l * 16))
         var bv = Array[SIMD[DType.float32, W], NV](fill=SIMD[DType.float32, W](0))
         comptime for v in range(NV):
             bv[v] = b.unsafe_load[width=W](kk * NR + v * W)
@@ -121,7 +121,7 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
 
 # ---------------------------------------------------------------- decode rows (m <= ROWS_MAX)
 comptime RP = 2 if W >= 16 else 1  # panels a decode step reads side by side (more chains in
-# flight; AVX2 has 16 registers, too few for 4 rows x 2 panels)
+# flight; AVX2 has 16 registers, too few for 4 rows x 2 panels); 2 * RP for 1 or 2 rows
 comptime RACC = ROWS_MAX * RP * NV
 comptime RAcc = Array[SIMD[DType.float32, W], RACC]
 comptime RSLOT = RACC * W  # floats of one tree level
@@ -145,9 +145,9 @@ def _rows_leaf[R: Int, P: Int](a: F32Ptr, b: F32Ptr, pstride: Int, lk: Int, mut 
     for kk in range(lk):
         comptime for pp in range(P):
             comptime for l in range(NR // 16):
-                prefetch[PrefetchOptions().for_read().medium_locality()](
+                prefetch[PrefetchOptions().for_read().high_locality()](
                     b.unsafe_offset(pp * pstride + kk * NR + PF_FLOATS + l * 16))
-        var bv = Array[SIMD[DType.float32, W], RP * NV](fill=SIMD[DType.float32, W](0))
+        var bv = Array[SIMD[DType.float32, W], 2 * RP * NV](fill=SIMD[DType.float32, W](0))
         comptime for pp in range(P):
             comptime for v in range(NV):
                 bv[pp * NV + v] = b.unsafe_load[width=W](pp * pstride + kk * NR + v * W)
@@ -196,7 +196,7 @@ def _rows_finish[R: Int, P: Int](
             s.unsafe_store(q * W, acc[q])
 
 
-def f32_rows_prepared[R: Int](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int):
+def f32_rows_prepared[R: Int, P: Int](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int):
     """All R = m rows (m <= ROWS_MAX) x columns [j_lo, j_hi) (j_lo a multiple of NR):
     RP panels at a time, every leaf in ascending order, the accumulators in registers."""
     var n = g.n
@@ -219,22 +219,22 @@ def f32_rows_prepared[R: Int](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32Ptr, bpr
     var q = j_lo // NR
     var qend = (j_hi + NR - 1) // NR
     while q < qend:
-        var pair = q + 1 < qend
+        var group = q + P <= qend
         var panel = bsrc.unsafe_offset(q * NR * k)
         var cp = cptr.unsafe_offset(q * NR)
-        var ncols = min(RP * NR, j_hi - q * NR)
+        var ncols = min(P * NR, j_hi - q * NR)
         for p in range(nleaves):
             var k0 = p * L
             var lk = min(L, k - k0)
             var ap = apack.unsafe_offset(k0 * MR)
             var bp = panel.unsafe_offset(k0 * NR)
-            if pair:
-                _rows_leaf[R, RP](ap, bp, NR * k, lk, acc)
-                _rows_finish[R, RP](acc, p, nleaves, levels, slots, cp, n, ncols)
+            if group:
+                _rows_leaf[R, P](ap, bp, NR * k, lk, acc)
+                _rows_finish[R, P](acc, p, nleaves, levels, slots, cp, n, ncols)
             else:
                 _rows_leaf[R, 1](ap, bp, NR * k, lk, acc)
                 _rows_finish[R, 1](acc, p, nleaves, levels, slots, cp, n, ncols)
-        q += RP if pair else 1
+        q += P if group else 1
 
 
 def gemm_f32_pack(args: PythonObject) raises -> PythonObject:
@@ -308,13 +308,13 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
             if rows_path:
                 var b = chunk_bounds(g.n, t_count, t, NR)
                 if g.m == 1:
-                    f32_rows_prepared[1](g, b[0], b[1], w, bpre)
+                    f32_rows_prepared[1, 2 * RP](g, b[0], b[1], w, bpre)
                 elif g.m == 2:
-                    f32_rows_prepared[2](g, b[0], b[1], w, bpre)
+                    f32_rows_prepared[2, 2 * RP](g, b[0], b[1], w, bpre)
                 elif g.m == 3:
-                    f32_rows_prepared[3](g, b[0], b[1], w, bpre)
+                    f32_rows_prepared[3, RP](g, b[0], b[1], w, bpre)
                 else:
-                    f32_rows_prepared[4](g, b[0], b[1], w, bpre)
+                    f32_rows_prepared[4, RP](g, b[0], b[1], w, bpre)
             elif split_n:
                 var b = chunk_bounds(g.n, t_count, t, NR)
                 if small_m:
