@@ -9,11 +9,9 @@ Few rows (m <= MC, decode included) take f32_small_prepared below (f32_block_sma
 arithmetic, panel by panel: each task streams its panels once, front to back), columns
 split over tasks; more rows take the blocked nest, split as gemm_f32 splits them.
 """
-from std.python import Python, PythonObject
+from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
-from max.algorithm import parallelize
-from common.ptr import F32Ptr, U32Ptr
-from common.fpstate import enter_contract_mode, leave_contract_mode
+from common.ptr import F32Ptr
 from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
 from gemm.cpu.blocking import MR, NR, NV, MC, W, ROWS_MAX, round_up
@@ -21,10 +19,9 @@ from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
-from arith.tree import leaf_size, bit_length, trailing_ones, tree_add
+from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
 from arith.fp import ftz
 from std.sys.intrinsics import prefetch, PrefetchOptions
-from std.math import fma
 from std.memory.alloc import unsafe_alloc
 
 
@@ -51,14 +48,14 @@ def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
         comptime for i in range(R):
             var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
             comptime for v in range(NV):
-                acc[i * NV + v] = fma(av, bv[v], acc[i * NV + v])
+                acc[i * NV + v] = chain_step_daz[W](av, bv[v], acc[i * NV + v])
 
 
 def small_prepared_ws(g: GemmArgs, i_rows: Int) -> Int:
     """Workspace floats f32_small_prepared needs: A packed over all of k, and the tree
     slots of one column panel."""
     var L = leaf_size(g.k)
-    var nleaves = (g.k + L - 1) // L
+    var nleaves = leaf_count(g.k)
     var mpan = (i_rows + MR - 1) // MR
     return round_up(mpan * MR * g.k, 16) + mpan * MR * NR * max(bit_length(nleaves), 1)
 
@@ -76,7 +73,7 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
     var cptr = F32Ptr(unsafe_from_address=g.c)
     var lda = g.m if g.trans_a else k
     var L = leaf_size(k)
-    var nleaves = (k + L - 1) // L
+    var nleaves = leaf_count(k)
     var levels = bit_length(nleaves)
     var mc = i_hi - i_lo
     var mpan = (mc + MR - 1) // MR
@@ -131,7 +128,7 @@ def rows_prepared_ws(g: GemmArgs) -> Int:
     """Workspace floats f32_rows_prepared needs: A packed over all of k, and one tree
     slot per level for RP panels of ROWS_MAX rows."""
     var L = leaf_size(g.k)
-    var nleaves = (g.k + L - 1) // L
+    var nleaves = leaf_count(g.k)
     return round_up(MR * g.k, 16) + RSLOT * max(bit_length(nleaves), 1)
 
 
@@ -155,7 +152,8 @@ def _rows_leaf[R: Int, P: Int](a: F32Ptr, b: F32Ptr, pstride: Int, lk: Int, mut 
             var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
             comptime for pp in range(P):
                 comptime for v in range(NV):
-                    acc[(i * P + pp) * NV + v] = fma(av, bv[pp * NV + v], acc[(i * P + pp) * NV + v])
+                    acc[(i * P + pp) * NV + v] = chain_step_daz[W](
+                        av, bv[pp * NV + v], acc[(i * P + pp) * NV + v])
 
 
 @always_inline
@@ -206,7 +204,7 @@ def f32_rows_prepared[R: Int, P: Int](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32
     var cptr = F32Ptr(unsafe_from_address=g.c)
     var lda = g.m if g.trans_a else k
     var L = leaf_size(k)
-    var nleaves = (k + L - 1) // L
+    var nleaves = leaf_count(k)
     var levels = bit_length(nleaves)
     var apack = ws
     var slots = ws.unsafe_offset(round_up(MR * k, 16))
@@ -268,71 +266,65 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
         _arg(args, 6) != 0, False, _arg(args, 7) != 0, False, _arg(args, 9) != 0,
     )
     var tasks = max(1, _arg(args, 8))
+    if g.k == 0:
+        def zero(t: Int) {imm g}:
+            var cz = F32Ptr(unsafe_from_address=g.c)
+            for i in range(g.m * g.n):
+                cz.unsafe_store(i, Float32(0))
+
+        run_tasks(zero, 1)
+        return PythonObject(0)
     var ws_addr = _arg(args, 10)
     var ws_bytes = _arg(args, 11)
     var m = g.m
     var n = g.n
-    var need_total = 0
-    ref cpy = Python().cpython()
-    var st = cpy.PyEval_SaveThread()
-    if g.k == 0:
-        var cz = F32Ptr(unsafe_from_address=g.c)
-        for i in range(m * n):
-            cz.unsafe_store(i, Float32(0))
+    var npan = (n + NR - 1) // NR
+    var mpan = (m + MR - 1) // MR
+    var small_m = m <= MC
+    var rows_path = m <= ROWS_MAX and not g.sabotage
+    var split_n = small_m or npan >= 2 * tasks or npan >= mpan
+    var units = npan if split_n else mpan
+    var t_count = max(1, min(tasks, units))
+    var rows = m
+    var cols = n
+    if split_n:
+        cols = chunk_bounds(n, t_count, 0, NR)[1]
     else:
-        var npan = (n + NR - 1) // NR
-        var mpan = (m + MR - 1) // MR
-        var small_m = m <= MC
-        var split_n = small_m or npan >= 2 * tasks or npan >= mpan
-        var units = npan if split_n else mpan
-        var t_count = max(1, min(tasks, units))
-        var rows = m
-        var cols = n
-        if split_n:
-            cols = chunk_bounds(n, t_count, 0, NR)[1]
-        else:
-            rows = chunk_bounds(m, t_count, 0, MR)[1]
-        var rows_path = m <= ROWS_MAX and not g.sabotage
-        var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True)
+        rows = chunk_bounds(m, t_count, 0, MR)[1]
+    var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True)
+    if rows_path:
+        per_task = rows_prepared_ws(g)
+    var need_total = per_task * t_count * 4
+    var own = ws_bytes < need_total
+    var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
+        per_task * t_count, alignment=64
+    ).unsafe_origin_cast[MutAnyOrigin]()
+
+    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre}:
+        var w = ws.unsafe_offset(t * per_task)
         if rows_path:
-            per_task = rows_prepared_ws(g)
-        need_total = per_task * t_count * 4
-        var own = ws_bytes < need_total
-        var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
-            per_task * t_count, alignment=64
-        ).unsafe_origin_cast[MutAnyOrigin]()
-
-        def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre}:
-            var w = ws.unsafe_offset(t * per_task)
-            var old = enter_contract_mode()
-            if rows_path:
-                var b = chunk_bounds(g.n, t_count, t, NR)
-                if g.m == 1:
-                    f32_rows_prepared[1, 2 * RP](g, b[0], b[1], w, bpre)
-                elif g.m == 2:
-                    f32_rows_prepared[2, 2 * RP](g, b[0], b[1], w, bpre)
-                elif g.m == 3:
-                    f32_rows_prepared[3, RP](g, b[0], b[1], w, bpre)
-                else:
-                    f32_rows_prepared[4, RP](g, b[0], b[1], w, bpre)
-            elif split_n:
-                var b = chunk_bounds(g.n, t_count, t, NR)
-                if small_m:
-                    f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre)
-                else:
-                    f32_block(g, 0, g.m, b[0], b[1], w, bpre)
+            var b = chunk_bounds(g.n, t_count, t, NR)
+            if g.m == 1:
+                f32_rows_prepared[1, 2 * RP](g, b[0], b[1], w, bpre)
+            elif g.m == 2:
+                f32_rows_prepared[2, 2 * RP](g, b[0], b[1], w, bpre)
+            elif g.m == 3:
+                f32_rows_prepared[3, RP](g, b[0], b[1], w, bpre)
             else:
-                var b = chunk_bounds(g.m, t_count, t, MR)
-                f32_block(g, b[0], b[1], 0, g.n, w, bpre)
-            leave_contract_mode(old)
-
-        if t_count == 1:
-            work(0)
+                f32_rows_prepared[4, RP](g, b[0], b[1], w, bpre)
+        elif split_n:
+            var b = chunk_bounds(g.n, t_count, t, NR)
+            if small_m:
+                f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre)
+            else:
+                f32_block(g, 0, g.m, b[0], b[1], w, bpre)
         else:
-            parallelize(work, t_count)
-        if own:
-            ws.unsafe_free()
-    cpy.PyEval_RestoreThread(st)
+            var b = chunk_bounds(g.m, t_count, t, MR)
+            f32_block(g, b[0], b[1], 0, g.n, w, bpre)
+
+    run_tasks(work, t_count)
+    if own:
+        ws.unsafe_free()
     return PythonObject(need_total)
 
 
