@@ -245,6 +245,74 @@ def gen_matmul_bf16(rng, tmp):
     return _gemm_fp32(rng, tmp, "matmul_bf16")
 
 
+def gen_prepare(rng, tmp):
+    """linalg.prepare then matmul / matmul_bf16 with the prepared b: the raw call's
+    bits (the oracle's), or a refusal by name of a use it was not made for."""
+    from mojolearn import linalg
+
+    bf = rng.random() < 0.3
+    func = "matmul_bf16" if bf else "matmul"
+    m, k, n = dims(rng, 1), dims(rng, 0), dims(rng, 1)
+    a = rand_f32(rng, (m, k))
+    b = rand_f32(rng, (k, n))
+    ops = {"a": a, "b": O.to_bf16(b) if bf else b}
+    lay = int(rng.integers(0, 3))
+    ta, tb = lay == 2, lay == 1
+    pa = np.ascontiguousarray(ops["a"].T) if ta else ops["a"]
+    pb = np.ascontiguousarray(ops["b"].T) if tb else ops["b"]
+    src, how = layout(rng, pb)
+    kw = {"transpose_a": True} if ta else {}
+    use_tb = tb
+    fault = int(rng.integers(0, 16))  # 9..15: valid
+    expect, names = "ok", ()
+    prep_kw = {"transpose_b": tb}
+    if fault == 1:
+        src = bad_dtype(rng, np.asarray(pb), [F32, np.uint16])
+        expect, names = "error", ("b",)
+    elif fault == 2:
+        src = np.asarray(pb).reshape(-1)
+        expect, names = "error", ("b",)
+    elif fault == 3:
+        prep_kw["transpose_b"] = [1, "yes", None][int(rng.integers(0, 3))]
+        expect, names = "error", ("transpose_b",)
+    elif fault == 4:
+        prep_kw["transpose_a"] = True
+        expect, names = "error", ("transpose_a",)
+    elif fault == 5 and not ta:
+        use_tb = not tb
+        expect, names = "error", ("transpose_b",)
+    elif fault == 6:
+        func = "matmul" if bf else "matmul_bf16"
+        expect, names = "error", ("prepared for",)
+    elif fault == 7:
+        pa = np.concatenate([np.asarray(pa), np.zeros((np.asarray(pa).shape[0], 1), F32)], axis=1) \
+            if not ta else np.concatenate([np.asarray(pa), np.zeros((1, m), F32)], axis=0)
+        expect, names = "error", ("inner dimensions", "k =")
+    elif fault == 8:
+        expect, names = "error", ("released",)
+    if use_tb:
+        kw["transpose_b"] = True
+
+    def call():
+        p = linalg.prepare(src, **prep_kw)
+        if fault == 8:
+            p.release()
+        return getattr(linalg, func)(pa, p, **kw)
+
+    def check(res):
+        with np.errstate(all="ignore"):
+            if k == 0:
+                exp = np.zeros((m, n), F32)
+            elif bf:
+                exp = O.gemm_bf16f32_v1(np.ascontiguousarray(ops["a"]), np.ascontiguousarray(ops["b"]))
+            else:
+                exp = O.gemm_fp32_v1(np.ascontiguousarray(ops["a"]), np.ascontiguousarray(ops["b"]))
+        same_bits(res, exp, f"prepare+{func} {how}")
+
+    label = f"prepare+{func} m,k,n={m},{k},{n} ta={ta} tb={tb} b:{how} fault={fault}"
+    return Case(label, call, expect, check, names)
+
+
 def _gemm_int(rng, tmp, func):
     from mojolearn import linalg
 
@@ -1157,6 +1225,7 @@ def gen_models_load(rng, tmp):
 ENTRIES = [
     ("linalg.matmul", gen_matmul),
     ("linalg.matmul_bf16", gen_matmul_bf16),
+    ("linalg.prepare", gen_prepare),
     ("linalg.matmul_int8", gen_matmul_int8),
     ("linalg.matmul_int15", gen_matmul_int15),
     ("linalg.to_bf16", gen_to_bf16),

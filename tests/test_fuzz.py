@@ -44,6 +44,7 @@ def test_every_public_entry_is_in_the_table():
         "lowbit.materialize": "lowbit.unpack", "lowbit.is_packed": "lowbit.format_of",
         "lowbit.BF16Weight": "lowbit.BF16Weight/Int8Weight",
         "lowbit.Int8Weight": "lowbit.BF16Weight/Int8Weight",
+        "linalg.PreparedWeight": "linalg.prepare",
     }
     for mod, prefix in ((linalg, "linalg"), (lowbit, "lowbit"), (checkpoint, "checkpoint")):
         for fn in mod.__all__:
