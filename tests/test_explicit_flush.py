@@ -39,6 +39,7 @@ FILES = {
     "tests/test_lowbit.py": "not slow",
     "tests/test_nn_elementary.py": "not slow",
     "tests/test_models.py": "not slow",
+    "tests/test_prepared.py": "not slow",
     "tests/test_torch_rms_norm.py": "not slow",
     "tests/test_gemm_int.py": None,
 }
