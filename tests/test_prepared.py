@@ -105,6 +105,22 @@ def test_large_k_many_leaves(threads):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lay", ["NN", "NT"])
+def test_a_packed_once_across_column_chunks(lay, threads):
+    """With B prepared, A is packed once (every row block and leaf) and read by every
+    column chunk: more than one chunk (n past 4096 columns), more than one row block,
+    a partial last leaf; and a task whose copy of A would pass the bound (A packed per
+    chunk as in the raw call). Same bits as the raw call either way."""
+    a = rnd(21, MC + 5, 300)
+    w = rnd(22, *((4096 + NR + 3, 300) if lay == "NT" else (300, 4096 + NR + 3)))
+    got, exp = both(a, w, transpose_b=lay == "NT")
+    assert_same_bits(got, exp, f"a once {lay}")
+    a = rnd(23, 2100, 1100)  # 2100 x 1100 float32 > 8 MiB: not packed once
+    w = rnd(24, *((40, 1100) if lay == "NT" else (1100, 40)))
+    got, exp = both(a, w, transpose_b=lay == "NT")
+    assert_same_bits(got, exp, f"a per chunk {lay}")
+
+
 def test_leaf_past_128():
     """6.2: k = 131073 + 5 (leaf 129): prepared equals raw, m = 1 and m = 5, NN and NT."""
     k = 131078

@@ -39,22 +39,42 @@ def nc_for(k: Int, ncols: Int) -> Int:
     return min(nc, round_up(ncols, NR))
 
 
-def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False) -> Int:
+comptime A_ONCE_BYTES = 8 << 20
+
+
+def a_once_fits(k: Int, i_rows: Int) -> Bool:
+    """With B prepared, A is packed once for all of a task's rows and leaves (instead
+    of once per column chunk) when that copy stays under A_ONCE_BYTES."""
+    return round_up(i_rows, MR) * k * 4 <= A_ONCE_BYTES
+
+
+def _a_part(k: Int, i_rows: Int, L: Int, a_once: Bool) -> Int:
+    if a_once:
+        return round_up(round_up(i_rows, MR) * k, 16)
+    return round_up(round_up(min(MC, i_rows), MR) * L, 16)
+
+
+def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
+                 a_once: Bool = False) -> Int:
     """Workspace floats f32_block needs for a block of i_rows x j_cols (no packed B
-    chunk when B comes prepared)."""
+    chunk when B comes prepared; A over all of k when a_once)."""
     var L = leaf_size(g.k)
     var nleaves = leaf_count(g.k)
     var nc_max = nc_for(g.k, j_cols)
     var mc_pad = round_up(min(MC, i_rows), MR)
     var nslots = mc_pad * nc_max * bit_length(nleaves) if nleaves > 1 else NR
     var bpart = 0 if prepared else round_up(nc_max * g.k, 16)
-    return bpart + round_up(mc_pad * L, 16) + round_up(nslots, 16)
+    return bpart + _a_part(g.k, i_rows, L, a_once) + round_up(nslots, 16)
 
 
-def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int = 0):
+def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int = 0,
+              a_once: Bool = False):
     """bpre: 0, or the address of B prepared in pack_b's layout over all n
     (pack_f32.pack_b_all): nothing is packed, chunk jc is read at bpre + jc * k
-    (j_lo is then a multiple of NR)."""
+    (j_lo is then a multiple of NR). a_once (the workspace sized by f32_block_ws with
+    the same flag): A is packed once, every row block and leaf, before the column
+    chunks, which then read it where it lies. Packing is a copy: the bits do not
+    depend on when it happens."""
     var m = g.m
     var n = g.n
     var k = g.k
@@ -71,7 +91,17 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var bpack = ws
     var apack = ws.unsafe_offset(round_up(nc_max * k, 16)) if bpre == 0 else ws
     var level_stride = mc_pad * nc_max
-    var slots = apack.unsafe_offset(round_up(mc_pad * L, 16))
+    var slots = apack.unsafe_offset(_a_part(k, i_hi - i_lo, L, a_once))
+    if a_once:
+        # block ic's leaf p at (ic - i_lo) * k + round_up(mc, MR) * k0
+        var ib = i_lo
+        while ib < i_hi:
+            var mcb = min(MC, i_hi - ib)
+            for p in range(nleaves):
+                var k0 = p * L
+                pack_a(g.a, g.a_bf16, g.trans_a, lda, ib, mcb, k0, min(L, k - k0),
+                       apack.unsafe_offset((ib - i_lo) * k + round_up(mcb, MR) * k0))
+            ib += MC
     var acc = Acc(fill=SIMD[DType.float32, W](0))
     var jc = j_lo
     while jc < j_hi:
@@ -88,13 +118,17 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
             for p in range(nleaves):
                 var k0 = p * L
                 var lk = min(L, k - k0)
-                pack_a(g.a, g.a_bf16, g.trans_a, lda, ic, mc, k0, lk, apack)
+                var ablk = apack
+                if a_once:
+                    ablk = apack.unsafe_offset((ic - i_lo) * k + round_up(mc, MR) * k0)
+                else:
+                    pack_a(g.a, g.a_bf16, g.trans_a, lda, ic, mc, k0, lk, apack)
                 for jp in range(npan):
                     var nr = min(NR, nc - jp * NR)
                     var bp = bpack.unsafe_offset(jp * NR * k + k0 * NR)
                     for ip in range(mpan):
                         var mr = min(MR, mc - ip * MR)
-                        var ap = apack.unsafe_offset(ip * MR * lk)
+                        var ap = ablk.unsafe_offset(ip * MR * lk)
                         if g.sabotage and p == nleaves - 1:
                             # a separate accumulator: passing acc itself to this out-of-line call would
                             # let its address escape, and the hot loop would store acc on every FMA

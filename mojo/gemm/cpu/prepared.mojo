@@ -16,7 +16,7 @@ from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
 from gemm.cpu.blocking import MR, NR, NV, MC, W, ROWS_MAX, round_up
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
-from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws
+from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws, a_once_fits
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
@@ -291,7 +291,8 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
         cols = chunk_bounds(n, t_count, 0, NR)[1]
     else:
         rows = chunk_bounds(m, t_count, 0, MR)[1]
-    var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True)
+    var a_once = a_once_fits(g.k, rows)
+    var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True, a_once)
     if rows_path:
         per_task = rows_prepared_ws(g)
     var need_total = per_task * t_count * 4
@@ -300,7 +301,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
         per_task * t_count, alignment=64
     ).unsafe_origin_cast[MutAnyOrigin]()
 
-    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre}:
+    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre, imm a_once}:
         var w = ws.unsafe_offset(t * per_task)
         if rows_path:
             var b = chunk_bounds(g.n, t_count, t, NR)
@@ -317,10 +318,10 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
             if small_m:
                 f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre)
             else:
-                f32_block(g, 0, g.m, b[0], b[1], w, bpre)
+                f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once)
         else:
             var b = chunk_bounds(g.m, t_count, t, MR)
-            f32_block(g, b[0], b[1], 0, g.n, w, bpre)
+            f32_block(g, b[0], b[1], 0, g.n, w, bpre, a_once)
 
     run_tasks(work, t_count)
     if own:
