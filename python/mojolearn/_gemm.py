@@ -256,6 +256,37 @@ def _batch_offsets(batch, pshape):
     return idx
 
 
+def _nd_plan(func, ab, bb, transpose_a, transpose_b, why=""):
+    """Shapes of a product with leading batch dimensions (rule 7.1): (m, n, k, batch,
+    a's and b's padded batch shapes, the result's shape). Refusals by name."""
+    for name, x in (("a", ab), ("b", bb)):
+        if x.ndim < 2:
+            raise ValueError(
+                f"mojolearn: {func}: {name} must be at least 2-D{why}, got {x.ndim}-D with "
+                f"shape {x.shape}"
+            )
+    m, n, k = _shapes(func, ab.shape[-2:], bb.shape[-2:], transpose_a, transpose_b)
+    batch, pa, pb = _broadcast(func, ab.shape[:-2], bb.shape[:-2])
+    return m, n, k, batch, pa, pb, batch + (m, n)
+
+
+def _nd_calls(ab, bb, caddr, m, n, k, batch, pa, pb, transpose_a):
+    """The 2-D products of a batched call as (a, b, c addresses, rows): one call when
+    every batch's rows are rows of one (batch*m, k) product (the same bits, 6.5),
+    else one per batch (a broadcast operand's matrix reused)."""
+    nb = 1
+    for d in batch:
+        nb *= d
+    if not (m and n and nb):
+        return []
+    if bb.ndim == 2 and not transpose_a:
+        return [(ab.addr, bb.addr, caddr, nb * m)]
+    sa, sb = m * k * ab.itemsize, k * n * bb.itemsize
+    ia, ib = _batch_offsets(batch, pa), _batch_offsets(batch, pb)
+    return [(ab.addr + i * sa, bb.addr + j * sb, caddr + t * m * n * 4, m)
+            for t, (i, j) in enumerate(zip(ia, ib))]
+
+
 def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extra):
     """``_run_f32`` with leading batch dimensions (rule 7.1); 2-D calls go straight
     through. Each operand is read once (a DLPack capsule can only be consumed once)."""
@@ -275,35 +306,16 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
     transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
     ab = buf(ra, func, "a", a_dtypes)
     bb = buf(rb, func, "b", b_dtypes)
-    for name, x in (("a", ab), ("b", bb)):
-        if x.ndim < 2:
-            raise ValueError(
-                f"mojolearn: {func}: {name} must be at least 2-D when the other operand has "
-                f"batch dimensions, got {x.ndim}-D with shape {x.shape}"
-            )
-    m, n, k = _shapes(func, ab.shape[-2:], bb.shape[-2:], transpose_a, transpose_b)
-    batch, pa, pb = _broadcast(func, ab.shape[:-2], bb.shape[:-2])
-    shape = batch + (m, n)
+    m, n, k, batch, pa, pb, shape = _nd_plan(
+        func, ab, bb, transpose_a, transpose_b, " when the other operand has batch dimensions")
     if out is None:
         res, ob = empty("float32", shape, func=func, zero=False), None
     else:
         res, ob = out, out_buf(out, func, "float32", shape)
     _no_overlap(func, ob, (("a", ab), ("b", bb)))
     caddr = ob.addr if ob is not None else res.address
-    nb = 1
-    for d in batch:
-        nb *= d
-    if not (m and n and nb):
-        return res
     a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
-    if bb.ndim == 2 and not transpose_a:
-        # rows of every batch are rows of one (batch*m, k) product: the same bits (6.5)
-        calls = [(ab.addr, bb.addr, caddr, nb * m)]
-    else:
-        sa, sb = m * k * ab.itemsize, k * n * bb.itemsize
-        ia, ib = _batch_offsets(batch, pa), _batch_offsets(batch, pb)
-        calls = [(ab.addr + i * sa, bb.addr + j * sb, caddr + t * m * n * 4, m)
-                 for t, (i, j) in enumerate(zip(ia, ib))]
+    calls = _nd_calls(ab, bb, caddr, m, n, k, batch, pa, pb, transpose_a)
     threads = get_num_threads()
     for pa_, pb_, pc_, rows in calls:
         wa, wn = _ws()
@@ -347,15 +359,7 @@ def _run_f32_resident(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_d
     transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
     ab = buf(ra, func, "a", a_dtypes, copy=False)
     bb = buf(rb, func, "b", b_dtypes, copy=False)
-    for name, x in (("a", ab), ("b", bb)):
-        if x.ndim < 2:
-            raise ValueError(
-                f"mojolearn: {func}: {name} must be at least 2-D, got {x.ndim}-D with "
-                f"shape {x.shape}"
-            )
-    m, n, k = _shapes(func, ab.shape[-2:], bb.shape[-2:], transpose_a, transpose_b)
-    batch, pa, pb = _broadcast(func, ab.shape[:-2], bb.shape[:-2])
-    shape = batch + (m, n)
+    m, n, k, batch, pa, pb, shape = _nd_plan(func, ab, bb, transpose_a, transpose_b)
     ob = None if out is None else out_buf(out, func, "float32", shape, device_ok=True)
     named = [("a", ab.device), ("b", bb.device)] + ([("out", ob.device)] if ob else [])
     mod = _device.resident(func, named)  # refusals by name; waits for queued work
@@ -371,19 +375,8 @@ def _run_f32_resident(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_d
                                f"not on the operands' device {ab.device}")
     else:
         res = out
-    nb = 1
-    for d in batch:
-        nb *= d
-    if not (m and n and nb):
-        return res
     a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
-    if bb.ndim == 2 and not transpose_a:
-        calls = [(ab.addr, bb.addr, ob.addr, nb * m)]
-    else:
-        sa, sb = m * k * ab.itemsize, k * n * bb.itemsize
-        ia, ib = _batch_offsets(batch, pa), _batch_offsets(batch, pb)
-        calls = [(ab.addr + i * sa, bb.addr + j * sb, ob.addr + t * m * n * 4, m)
-                 for t, (i, j) in enumerate(zip(ia, ib))]
+    calls = _nd_calls(ab, bb, ob.addr, m, n, k, batch, pa, pb, transpose_a)
     for pa_, pb_, pc_, rows in calls:
         mod.gemm_f32_resident((pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b),
                                a16, b16, sabotage_arg()))
