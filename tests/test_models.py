@@ -306,6 +306,25 @@ def _attn_case(B, L, nh, kvh, hd, pos0, seed, edit=None):
     return q, k, v
 
 
+def _attention_vs_oracle(q, k, v, B, L, nh, kvh, hd, pos0, profile, what):
+    """The attention kernel on (q, k, v) against the oracle, head by head."""
+    from mojolearn.models import _kernels as K
+
+    T = pos0 + L
+    kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
+    out = np.empty((B * L, nh * hd), dtype=np.float32)
+    K.attention(q, nh * hd, kt, np.ascontiguousarray(v), out, B, L, nh, kvh, hd, pos0, T,
+                profile == "fixed15_v1")
+    want = np.empty_like(out)
+    for b in range(B):
+        for h in range(nh):
+            g = h // (nh // kvh)
+            qh = MO.ftz(q[b * L:(b + 1) * L, h * hd:(h + 1) * hd])
+            want[b * L:(b + 1) * L, h * hd:(h + 1) * hd] = MO.attention(
+                qh, MO.ftz(k[b, g]), MO.ftz(v[b, g]), pos0, profile, hd)
+    assert_same_bits(out, want, what)
+
+
 @pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
 @pytest.mark.parametrize("case", ["plain", "huge_masked_key", "inf_value_masked", "huge_query",
                                   "nan_key", "neg_zero_and_subnormal", "cached_prefix"])
@@ -338,19 +357,7 @@ def test_attention_kernel_edges(profile, case):
     elif case == "cached_prefix":
         pos0 = 5
     q, k, v = _attn_case(B, L, nh, kvh, hd, pos0, seed=13, edit=edit)
-    T = pos0 + L
-    kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
-    out = np.empty((B * L, nh * hd), dtype=np.float32)
-    K.attention(q, nh * hd, kt, np.ascontiguousarray(v), out, B, L, nh, kvh, hd, pos0, T,
-                profile == "fixed15_v1")
-    want = np.empty_like(out)
-    for b in range(B):
-        for h in range(nh):
-            g = h // (nh // kvh)
-            qh = MO.ftz(q[b * L:(b + 1) * L, h * hd:(h + 1) * hd])
-            want[b * L:(b + 1) * L, h * hd:(h + 1) * hd] = MO.attention(
-                qh, MO.ftz(k[b, g]), MO.ftz(v[b, g]), pos0, profile, hd)
-    assert_same_bits(out, want, case)
+    _attention_vs_oracle(q, k, v, B, L, nh, kvh, hd, pos0, profile, case)
 
 
 _GROUP_SHAPES = [
@@ -390,19 +397,7 @@ def test_attention_kernel_head_groups(profile, shape, edit):
             k[0, kvh - 1, pos0 + 2, 1] = np.nan
 
     q, k, v = _attn_case(B, L, nh, kvh, hd, pos0, seed=sum(shape), edit=change)
-    T = pos0 + L
-    kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
-    out = np.empty((B * L, nh * hd), dtype=np.float32)
-    K.attention(q, nh * hd, kt, np.ascontiguousarray(v), out, B, L, nh, kvh, hd, pos0, T,
-                profile == "fixed15_v1")
-    want = np.empty_like(out)
-    for b in range(B):
-        for h in range(nh):
-            g = h // (nh // kvh)
-            qh = MO.ftz(q[b * L:(b + 1) * L, h * hd:(h + 1) * hd])
-            want[b * L:(b + 1) * L, h * hd:(h + 1) * hd] = MO.attention(
-                qh, MO.ftz(k[b, g]), MO.ftz(v[b, g]), pos0, profile, hd)
-    assert_same_bits(out, want, f"{shape} {edit}")
+    _attention_vs_oracle(q, k, v, B, L, nh, kvh, hd, pos0, profile, f"{shape} {edit}")
 
 
 @pytest.mark.parametrize("n", [1, 7, 64, 300])
