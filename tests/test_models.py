@@ -333,8 +333,6 @@ def test_attention_kernel_edges(profile, case):
     edge values: a huge key or query (the masked cells are then computed, not skipped),
     an inf value behind the mask (0 * inf is NaN in P.V), a NaN key, signed zeros and
     subnormals, and queries after cached keys."""
-    from mojolearn.models import _kernels as K
-
     B, L, nh, kvh, hd, pos0 = 2, 6, 4, 2, 32, 0
     edit = None
     if case == "huge_masked_key":
@@ -384,8 +382,6 @@ def test_attention_kernel_head_groups(profile, shape, edit):
     oracle's for the group sizes and head dims that take the shared path and its
     remainders, with one head of a group forcing the full row (a huge query), an inf
     value behind the mask and a NaN key."""
-    from mojolearn.models import _kernels as K
-
     B, L, nh, kvh, hd, pos0 = shape
 
     def change(q, k, v):
