@@ -216,7 +216,8 @@ def _bias_add(c, bias, op):
         if isinstance(c, _torch.Tensor):  # device-resident (see _product)
             from . import _device
 
-            mod = _device.resident(op, [("out", (2 if not _torch.version.hip else 10, 0))])
+            mod = _device.resident(op, [("out", tuple(int(x) for x in c.__dlpack_device__())),
+                                        ("bias", tuple(int(x) for x in y.__dlpack_device__()))])
             mod.nn_add_resident((c.data_ptr(), n, y.data_ptr(), ldy, c.data_ptr(), n, n, rows))
         else:
             _native().nn_add((c.address, n, y.data_ptr(), ldy, c.address, n, n, rows,
@@ -247,26 +248,26 @@ def _bmm(ks, a, b):
     return _tensor(_product(a, b))
 
 
-def _addmm(ks, bias, a, b, *, beta=1, alpha=1):
-    if not _ours(bias, a, b) or a.dim() != 2 or b.dim() != 2:
-        return _fall("addmm", ks, bias, a, b, beta=beta, alpha=alpha)
-    _factors("aten::addmm", beta, alpha)
-    _calls["mojolearn"] += 1
-    c = _product(a, b)
-    if beta == 1:
-        _bias_add(c, bias, "aten::addmm")
-    return _tensor(c)
+def _biased(name, ndim):
+    """aten::addmm (ndim 2) / aten::baddbmm (ndim 3): the product, then the bias add
+    of rule 10.2 when beta is 1."""
+    op = f"aten::{name}"
+
+    def kernel(ks, bias, a, b, *, beta=1, alpha=1):
+        if (not _ours(bias, a, b) or a.dim() != ndim or b.dim() != ndim
+                or (ndim == 3 and a.shape[0] != b.shape[0])):
+            return _fall(name, ks, bias, a, b, beta=beta, alpha=alpha)
+        _factors(op, beta, alpha)
+        _calls["mojolearn"] += 1
+        c = _product(a, b)
+        if beta == 1:
+            _bias_add(c, bias, op)
+        return _tensor(c)
+    return kernel
 
 
-def _baddbmm(ks, bias, a, b, *, beta=1, alpha=1):
-    if not _ours(bias, a, b) or a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
-        return _fall("baddbmm", ks, bias, a, b, beta=beta, alpha=alpha)
-    _factors("aten::baddbmm", beta, alpha)
-    _calls["mojolearn"] += 1
-    c = _product(a, b)
-    if beta == 1:
-        _bias_add(c, bias, "aten::baddbmm")
-    return _tensor(c)
+_addmm = _biased("addmm", 2)
+_baddbmm = _biased("baddbmm", 3)
 
 
 def _mv(ks, a, v):
