@@ -428,12 +428,41 @@ def test_tile_unit_edges(profile):
 
 @pytest.mark.parametrize("profile,m,k,n", [("int8", 65, 16384, 257), ("int15", 65, 16384, 257)])
 def test_packing_block_edges(profile, m, k, n):
-    """L-5 / W-3: at k = 16384 the AMX kernels pack A in blocks of 64 rows and B in
-    chunks of 256 columns (1 MiB / 4 MiB); m = 65 and n = 257 cross both."""
+    """L-5 / W-3: at k = 16384 the AMX kernels pack A in blocks of 64 rows (int8; 32 for
+    int15, whose units carry both planes) and B in chunks of 256 columns (128 for
+    int15): 1 MiB / 4 MiB; m = 65 and n = 257 cross both."""
     fn, ora, _ = PROFILES[profile]
     a = (RNG.standard_normal((m, k)) * 2.0 ** RNG.integers(-3, 3, size=(m, 1))).astype(F32)
     b = (RNG.standard_normal((n, k)) * 2.0 ** RNG.integers(-3, 3, size=(n, 1))).astype(F32)
     assert_same_bits(fn(a, b), ora(a, b), f"{profile} {m}x{k}x{n}")
+
+
+def _k_chunk_cases():
+    """k values around the AMX kernels' k-chunks (AMX_KC_BLOCKS blocks of 64 bytes) in
+    the build this process runs; on other builds, the same values for KC = 8."""
+    from mojolearn._native_loader import blocking
+    kc = blocking().get("AMX_KC_BLOCKS", 8) * 64
+    return [kc - 1, kc, kc + 1, 2 * kc + 64 * 3 + 7, 3 * kc]
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("k", _k_chunk_cases())
+def test_k_chunks(profile, k):
+    """L-5 / W-3: the AMX kernels keep the sums of a k-chunk in a buffer and add the
+    next chunk to them; k either side of one and two chunks and a partial last chunk,
+    extreme codes (every piece sum near its int32 limit), against the oracle."""
+    rng = np.random.default_rng(k)
+    m, n = 45, 70
+    if profile == "int8":
+        A, B = _extreme_codes(m, k, -127, 127, rng), _extreme_codes(n, k, -127, 127, rng)
+        qa = (A.astype(np.int8), rng.integers(-4, 4, size=m).astype(np.int32))
+        qb = (B.astype(np.int8), rng.integers(-4, 4, size=n).astype(np.int32))
+        assert_same_bits(linalg.matmul_int8(qa, qb), O.gemm_int(*qa, *qb), f"int8 k={k}")
+    else:
+        A, B = _extreme_codes(m, k, -16383, 16383, rng), _extreme_codes(n, k, -16383, 16383, rng)
+        qa = (*split15(A), rng.integers(-4, 4, size=m).astype(np.int32))
+        qb = (*split15(B), rng.integers(-4, 4, size=n).astype(np.int32))
+        assert_same_bits(linalg.matmul_int15(qa, qb), O.gemm_int15(*qa, *qb), f"int15 k={k}")
 
 
 @pytest.mark.parametrize("k", [511, 512, 513, 1025, 65536])

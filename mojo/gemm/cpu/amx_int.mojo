@@ -8,37 +8,50 @@ TILES
     since every true piece sum lies inside int32 by L-7 / W-4.
       A tile: 16 rows x 64 k-bytes (row-major).
       B tile: 16 k-groups x 16 columns x 4 k-bytes (the k-group "VNNI" layout).
-    int8: a 2 x 2 block of output tiles (32 x 32) per k-step: tmm0-3 accumulate,
-    tmm4-5 hold two A tiles, tmm6-7 two B tiles. k is taken in chunks of KC_BLOCKS
-    k-blocks so that the B pair (32 columns x KC bytes) stays in L1 while the A block
-    streams past it from L2; the int32 partial sums of a 32-column strip wait in a
-    buffer between chunks (wrapping int32 adds: the order changes nothing).
-    int15: one 16 x 16 output and its four int8 pieces per k-step: tmm0 = HH, tmm1 =
-    HL, tmm2 = LH, tmm3 = LL, from A hi/lo (tmm4/5) and B hi/lo (tmm6/7); the pieces
-    are combined in int64, S = HH * 2**14 + (HL + LH) * 2**7 + LL, as on every build.
+    One step of the kernel is a 2 x 2 block of output tiles: tmm0-3 accumulate, tmm4-5
+    hold the two A tiles of an A unit, tmm6-7 the two B tiles of a B unit.
+      int8:  an A unit is 32 rows (tiles: rows 0-15, rows 16-31), a B unit 32 columns;
+             the step makes a 32 x 32 block of int32 sums.
+      int15: an A unit is 16 rows of both planes (tiles: hi, lo), a B unit 16 columns
+             of both planes; the four tiles are HH, HL, LH, LL of one 16 x 16 block,
+             combined in int64 as on every build, S = HH * 2**14 + (HL + LH) * 2**7 + LL.
+    k is taken in chunks of KC_BLOCKS k-blocks (64 bytes each) so that the B unit of
+    a chunk (2 x KC_BLOCKS KiB) stays in L1 while the A units of the block stream
+    past it from L2; a unit's int32 sums wait in a buffer between chunks (wrapping
+    int32 adds: the order changes nothing).
 
-PACKING
-    k is padded with zero codes to a multiple of 64; rows and columns to a multiple
-    of 32 (zero codes: they add nothing and their outputs are not stored). A block:
-    16-row panels, each k-block's 16 x 64 bytes contiguous (1 KiB); B chunk: 16-column
-    panels, each k-block's 16 x 16 words contiguous (1 KiB). Every tile load is one
-    contiguous KiB (stride 64).
+PACKING (every tile load is one contiguous KiB, stride 64)
+    k is padded with zero codes to a multiple of 64, rows and columns to whole units
+    (zero codes add nothing; their outputs are not stored).
+    A block: chunk-major, so that the units of one chunk are one sequential stream:
+      byte offset of (unit P, k-block kb, tile h) =
+        kb0 * units * 2048 + P * kbc * 2048 + (kb - kb0) * 2048 + h * 1024
+      where kb0 is the first k-block of kb's chunk and kbc that chunk's length.
+    B chunk: unit-major, (unit Q, k-block kb, tile h) at word
+      Q * kbn * 512 + kb * 512 + h * 256; word (group G, column c) of a tile at
+      G * 16 + c holds B[j, 4G : 4G + 4] of the tile's column j.
 """
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
+from std.sys.intrinsics import prefetch, PrefetchOptions
+from std.memory import bitcast
 from common.ptr import I8Ptr, I32Ptr, U32Ptr, U8Ptr
 from gemm.cpu.blocking import round_up
 from gemm.cpu.blocking import AMX_KB as KB  # k-bytes per tile row
 from gemm.cpu.blocking import AMX_TILE_BYTES as TILE_BYTES
 from gemm.cpu.blocking import AMX_A_BLOCK_BYTES as A_BLOCK_BYTES  # packed A block kept in L2
 from gemm.cpu.blocking import AMX_B_CHUNK_BYTES as B_CHUNK_BYTES
-from gemm.cpu.blocking import AMX_KC_BLOCKS as KC_BLOCKS  # k-blocks (of 64 bytes) per k-chunk: a 16 KiB B pair in L1
+from gemm.cpu.blocking import AMX_KC_BLOCKS as KC_BLOCKS  # k-blocks per k-chunk: the B unit of a chunk in L1
+from gemm.cpu.blocking import AMX_PF_BYTES as PF_BYTES  # software prefetch distance in the A stream
 from gemm.cpu.int_gemm import IntArgs, store_scaled
 from gemm.cpu.ukernel_int import IW
+from gemm.cpu.pack_f32 import transpose16
+from std.collections import Array
 from arith.quant import join15_products
 
 comptime CFG_WORDS = 16  # 64-byte tile configuration
-comptime CBUF_WORDS = 32 * 32  # the 32 x 32 int32 output block
+comptime UNIT_BYTES = 2 * TILE_BYTES  # the two tiles of a unit in one k-block
+comptime CBUF_WORDS = 32 * 32  # one step's 2 x 2 tiles of int32
 
 
 @always_inline
@@ -46,75 +59,95 @@ def _kblocks(k: Int) -> Int:
     return (k + KB - 1) // KB
 
 
-def amx_mc(k: Int, rows: Int) -> Int:
-    var kp = _kblocks(k) * KB
-    var mc = max(32, (A_BLOCK_BYTES // kp) // 32 * 32)
-    return min(mc, round_up(rows, 32))
+@always_inline
+def unit_lines(int15: Bool) -> Int:
+    """Rows of an A unit, columns of a B unit."""
+    return 16 if int15 else 32
 
 
-def amx_nc(k: Int, cols: Int) -> Int:
-    var kp = _kblocks(k) * KB
-    var nc = max(32, (B_CHUNK_BYTES // kp) // 32 * 32)
-    return min(nc, round_up(cols, 32))
+def amx_mc(k: Int, rows: Int, int15: Bool) -> Int:
+    """Rows of one packed A block (whole units, at most A_BLOCK_BYTES)."""
+    var u = unit_lines(int15)
+    var per_unit = _kblocks(k) * UNIT_BYTES
+    var units = max(1, A_BLOCK_BYTES // per_unit)
+    return min(units * u, round_up(rows, u))
+
+
+def amx_nc(k: Int, cols: Int, int15: Bool) -> Int:
+    """Columns of one packed B chunk (whole units, at most B_CHUNK_BYTES)."""
+    var u = unit_lines(int15)
+    var per_unit = _kblocks(k) * UNIT_BYTES
+    var units = max(1, B_CHUNK_BYTES // per_unit)
+    return min(units * u, round_up(cols, u))
 
 
 def amx_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
-    """Workspace (32-bit words) of one task: packed A block and B chunk per plane,
-    the tile configuration and the output block."""
-    var kp = _kblocks(g.k) * KB
-    var planes = 2 if g.int15 else 1
-    var mc = amx_mc(g.k, rows)
-    var words = (mc + amx_nc(g.k, cols)) * kp // 4
-    return planes * words + CFG_WORDS + max(CBUF_WORDS, mc * 64)
+    """Workspace (32-bit words) of one task: packed A block, B chunk, the tile
+    configuration and the sums of every unit of the A block."""
+    var u = unit_lines(g.int15)
+    var per_unit = _kblocks(g.k) * UNIT_BYTES
+    var mu = amx_mc(g.k, rows, g.int15) // u
+    var nu = amx_nc(g.k, cols, g.int15) // u
+    return (mu + nu) * per_unit // 4 + CFG_WORDS + mu * CBUF_WORDS
 
 
-def pack_a_amx(src: I8Ptr, ld: Int, i0: Int, mc: Int, k: Int, dst: I8Ptr):
-    """Rows [i0, i0 + mc) into 16-row panels (round_up(mc, 32) rows; extra rows 0)."""
+@always_inline
+def _load_row_block(s: I8Ptr, k0: Int, k: Int) -> SIMD[DType.int8, KB]:
+    """Bytes [k0, k0 + 64) of a row of k codes, zeros past k."""
+    if k0 + KB <= k:
+        return s.unsafe_load[width=KB](k0)
+    var v = SIMD[DType.int8, KB](0)
+    for q in range(k - k0):
+        v[q] = s.unsafe_load(k0 + q)
+    return v
+
+
+def pack_a_amx(src0: I8Ptr, src1: I8Ptr, ld: Int, i0: Int, mc: Int, k: Int, int15: Bool, dst: I8Ptr):
+    """Rows [i0, i0 + mc) of A (int8: src0; int15: hi plane src0, lo plane src1) into
+    the chunk-major unit layout (rows past mc up to whole units are zeros)."""
     var kbn = _kblocks(k)
-    var rows = round_up(mc, 32)
-    for r in range(rows):
-        var d = dst.unsafe_offset((r // 16) * kbn * TILE_BYTES + (r % 16) * KB)
-        if r < mc:
-            var s = src.unsafe_offset((i0 + r) * ld)
+    var u = unit_lines(int15)
+    var units = (mc + u - 1) // u
+    for p in range(units):
+        for h in range(2):
+            var src = src1 if (int15 and h == 1) else src0
+            for t in range(16):
+                var r = p * u + (0 if int15 else h * 16) + t
+                var s = src.unsafe_offset((i0 + r) * ld)
+                var kb0 = 0
+                while kb0 < kbn:
+                    var kbc = min(KC_BLOCKS, kbn - kb0)
+                    var d = dst.unsafe_offset(kb0 * units * UNIT_BYTES + p * kbc * UNIT_BYTES + h * TILE_BYTES + t * KB)
+                    for q in range(kbc):
+                        var v = _load_row_block(s, (kb0 + q) * KB, k) if r < mc else SIMD[DType.int8, KB](0)
+                        d.unsafe_store(q * UNIT_BYTES, v)
+                    kb0 += kbc
+
+
+def pack_b_amx(src0: I8Ptr, src1: I8Ptr, ld: Int, j0: Int, nc: Int, k: Int, int15: Bool, dst: U32Ptr):
+    """Columns [j0, j0 + nc) of B (rows of the stored (n, k) arrays; int8: src0; int15:
+    hi plane src0, lo plane src1) into the unit layout (columns past nc are zeros).
+    A tile is the 16 x 16 transpose of its 16 columns' 4-byte groups: 16 rows of 64
+    bytes are loaded and transposed in registers (transpose16)."""
+    var kbn = _kblocks(k)
+    var u = unit_lines(int15)
+    var units = (nc + u - 1) // u
+    var blk = Array[SIMD[DType.uint32, 16], 16](fill=SIMD[DType.uint32, 16](0))
+    for q in range(units):
+        for h in range(2):
+            var src = src1 if (int15 and h == 1) else src0
+            var j_first = q * u + (0 if int15 else h * 16)  # the tile's first column
+            var d = dst.unsafe_offset(q * kbn * 512 + h * 256)
             for kb in range(kbn):
-                var k0 = kb * KB
-                if k0 + KB <= k:
-                    d.unsafe_store(kb * TILE_BYTES, s.unsafe_load[width=KB](k0))
-                else:
+                comptime for c in range(16):
+                    var j = j_first + c
                     var v = SIMD[DType.int8, KB](0)
-                    for q in range(k - k0):
-                        v[q] = s.unsafe_load(k0 + q)
-                    d.unsafe_store(kb * TILE_BYTES, v)
-        else:
-            for kb in range(kbn):
-                d.unsafe_store(kb * TILE_BYTES, SIMD[DType.int8, KB](0))
-
-
-def pack_b_amx(src: I8Ptr, ld: Int, j0: Int, nc: Int, k: Int, dst: U32Ptr):
-    """Columns [j0, j0 + nc) (rows of the stored (n, k) array) into 16-column panels
-    (round_up(nc, 32) columns; extra columns 0): word (group G, column c) of panel q
-    at q * kbn * 256 + G * 16 + c, holding B[j, 4G : 4G + 4]."""
-    var kbn = _kblocks(k)
-    var groups = kbn * 16
-    var full = k // 4
-    var cols = round_up(nc, 32)
-    for j in range(cols):
-        var d = dst.unsafe_offset((j // 16) * kbn * 256 + j % 16)
-        if j < nc:
-            var row = src.unsafe_offset((j0 + j) * ld)
-            var w = row.unsafe_bitcast[UInt32]()
-            for gi in range(full):
-                d.unsafe_store(gi * 16, w.unsafe_load(gi))
-            if full < groups:
-                var last: UInt32 = 0
-                for q in range(k - 4 * full):
-                    last |= UInt32(UInt8(row.unsafe_load(4 * full + q))) << UInt32(8 * q)
-                d.unsafe_store(full * 16, last)
-                for gi in range(full + 1, groups):
-                    d.unsafe_store(gi * 16, UInt32(0))
-        else:
-            for gi in range(groups):
-                d.unsafe_store(gi * 16, UInt32(0))
+                    if j < nc:
+                        v = _load_row_block(src.unsafe_offset((j0 + j) * ld), kb * KB, k)
+                    blk[c] = bitcast[DType.uint32, 16](v)  # little-endian: byte 4G + q is bits 8q
+                transpose16(blk)
+                comptime for gi in range(16):
+                    d.unsafe_store(kb * 512 + gi * 16, blk[gi])
 
 
 @always_inline
@@ -138,9 +171,11 @@ def _tile_release():
 
 
 @always_inline
-def _tiles_2x2(a0: I8Ptr, a1: I8Ptr, b0: U32Ptr, b1: U32Ptr, kbn: Int, c: I32Ptr, first: Bool):
-    """c (32 x 32 int32, row stride 32) = (0 if first else c) + [A0; A1] . [B0 B1]
-    over kbn k-blocks."""
+def _step(a: I8Ptr, b: U32Ptr, kbc: Int, c: I32Ptr, first: Bool):
+    """c (32 x 32 int32, row stride 32: tiles (0,0) (0,1) / (1,0) (1,1)) =
+    (0 if first else c) + [A tile 0; A tile 1] . [B tile 0, B tile 1] over kbc k-blocks
+    of one A unit (a: kbc x 2 KiB, contiguous) and one B unit (b: kbc x 512 words).
+    The A stream is prefetched PF_BYTES ahead (the next unit follows this one)."""
     comptime if CompilationTarget.has_intel_amx():
         if first:
             llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(0))
@@ -152,13 +187,17 @@ def _tiles_2x2(a0: I8Ptr, a1: I8Ptr, b0: U32Ptr, b1: U32Ptr, kbn: Int, c: I32Ptr
             llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(1), c.unsafe_offset(16), Int64(128))
             llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(2), c.unsafe_offset(16 * 32), Int64(128))
             llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(3), c.unsafe_offset(16 * 32 + 16), Int64(128))
-        for kb in range(kbn):
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(4), a0.unsafe_offset(kb * TILE_BYTES), Int64(64))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(6), b0.unsafe_offset(kb * 256), Int64(64))
+        for kb in range(kbc):
+            var ak = a.unsafe_offset(kb * UNIT_BYTES)
+            var bk = b.unsafe_offset(kb * 512)
+            comptime for l in range(UNIT_BYTES // 64):
+                prefetch[PrefetchOptions().for_read().high_locality()](ak.unsafe_offset(PF_BYTES + l * 64))
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(4), ak, Int64(64))
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(6), bk, Int64(64))
             llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(0), Int8(4), Int8(6))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(7), b1.unsafe_offset(kb * 256), Int64(64))
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(7), bk.unsafe_offset(256), Int64(64))
             llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(1), Int8(4), Int8(7))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(5), a1.unsafe_offset(kb * TILE_BYTES), Int64(64))
+            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(5), ak.unsafe_offset(TILE_BYTES), Int64(64))
             llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(2), Int8(5), Int8(6))
             llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(3), Int8(5), Int8(7))
         llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(0), c, Int64(128))
@@ -167,82 +206,73 @@ def _tiles_2x2(a0: I8Ptr, a1: I8Ptr, b0: U32Ptr, b1: U32Ptr, kbn: Int, c: I32Ptr
         llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(3), c.unsafe_offset(16 * 32 + 16), Int64(128))
 
 
+@always_inline
+def _store_unit(g: IntArgs, cb: I32Ptr, ea: I32Ptr, eb: I32Ptr, r0: Int, rows: Int, j0: Int, cols: Int):
+    """The epilogue of one step's sums (cb): rows [r0, r0 + rows) x columns
+    [j0, j0 + cols) of C (int8: a 32 x 32 block; int15: a 16 x 16 block from its
+    four plane products)."""
+    if not g.int15:
+        for i in range(rows):
+            var r = r0 + i
+            var ea_r = ea.unsafe_load(r)
+            comptime for v in range(2):
+                if v * 16 < cols:
+                    var s = cb.unsafe_load[width=IW](i * 32 + v * 16)
+                    store_scaled(g, s.cast[DType.float32](), ea_r, eb, r, j0 + v * 16, cols - v * 16)
+    else:
+        for i in range(rows):
+            var r = r0 + i
+            var hh = cb.unsafe_load[width=IW](i * 32).cast[DType.int64]()
+            var hl = cb.unsafe_load[width=IW](i * 32 + 16).cast[DType.int64]()
+            var lh = cb.unsafe_load[width=IW]((16 + i) * 32).cast[DType.int64]()
+            var ll = cb.unsafe_load[width=IW]((16 + i) * 32 + 16).cast[DType.int64]()
+            var s = join15_products[IW](hh, hl, lh, ll)
+            store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, j0, cols)
+
+
 def amx_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
-    """Output rows [i_lo, i_hi) x columns [j_lo, j_hi) on the tile unit."""
+    """Output rows [i_lo, i_hi) x columns [j_lo, j_hi) on the tile unit: per B chunk,
+    per A block, per B unit, per k-chunk, every A unit of the block."""
     if i_hi <= i_lo or j_hi <= j_lo:
         return
     var k = g.k
     var kbn = _kblocks(k)
-    var kp = kbn * KB
-    var mc_max = amx_mc(k, i_hi - i_lo)
-    var nc_max = amx_nc(k, j_hi - j_lo)
-    var a_words = mc_max * kp // 4
-    var b_words = nc_max * kp // 4
-    var planes = 2 if g.int15 else 1
-    var a_h = ws.unsafe_bitcast[Int8]()
-    var a_l = ws.unsafe_offset(a_words).unsafe_bitcast[Int8]()
-    var b_h = ws.unsafe_offset(planes * a_words)
-    var b_l = ws.unsafe_offset(planes * a_words + b_words)
-    var cfg = ws.unsafe_offset(planes * (a_words + b_words))
+    var u = unit_lines(g.int15)
+    var per_unit = kbn * UNIT_BYTES
+    var mc_max = amx_mc(k, i_hi - i_lo, g.int15)
+    var nc_max = amx_nc(k, j_hi - j_lo, g.int15)
+    var a_pk = ws.unsafe_bitcast[Int8]()
+    var b_pk = ws.unsafe_offset((mc_max // u) * per_unit // 4)
+    var cfg = b_pk.unsafe_offset((nc_max // u) * per_unit // 4)
     var cbuf = cfg.unsafe_offset(CFG_WORDS).unsafe_bitcast[Int32]()
-    var ahp = I8Ptr(unsafe_from_address=g.a_hi)
-    var alp = I8Ptr(unsafe_from_address=g.a_lo)
-    var bhp = I8Ptr(unsafe_from_address=g.b_hi)
-    var blp = I8Ptr(unsafe_from_address=g.b_lo)
+    var a0 = I8Ptr(unsafe_from_address=g.a_hi)
+    var a1 = I8Ptr(unsafe_from_address=g.a_lo)
+    var b0 = I8Ptr(unsafe_from_address=g.b_hi)
+    var b1 = I8Ptr(unsafe_from_address=g.b_lo)
     var ea = I32Ptr(unsafe_from_address=g.ea)
     var eb = I32Ptr(unsafe_from_address=g.eb)
     _tile_config(cfg)
-    var pstride = kbn * TILE_BYTES  # bytes per 16-row A panel
-    var qstride = kbn * 256  # words per 16-column B panel
     var jc = j_lo
     while jc < j_hi:
         var nc = min(nc_max, j_hi - jc)
-        pack_b_amx(bhp, k, jc, nc, k, b_h)
-        if g.int15:
-            pack_b_amx(blp, k, jc, nc, k, b_l)
+        pack_b_amx(b0, b1, k, jc, nc, k, g.int15, b_pk)
         var ic = i_lo
         while ic < i_hi:
             var mc = min(mc_max, i_hi - ic)
-            pack_a_amx(ahp, k, ic, mc, k, a_h)
-            if g.int15:
-                pack_a_amx(alp, k, ic, mc, k, a_l)
-            # int8: 32 x 32 outputs per step from A panels (p, p+1) and B panels (q, q+1);
-            # int15: 16 x 16 outputs per step from A (hi, lo) and B (hi, lo) of panels p, q,
-            # the four tiles being HH, HL, LH, LL
-            var step = 16 if g.int15 else 32
-            var a_next = a_words * 4 if g.int15 else pstride  # bytes to the second A tile
-            var b_next = b_words if g.int15 else qstride  # words to the second B tile
-            for jp in range(0, nc, step):
-                var b0 = b_h.unsafe_offset((jp // 16) * qstride)
+            var units = (mc + u - 1) // u
+            pack_a_amx(a0, a1, k, ic, mc, k, g.int15, a_pk)
+            for jp in range(0, nc, u):
+                var bq = b_pk.unsafe_offset((jp // u) * kbn * 512)
                 var kb0 = 0
                 while kb0 < kbn:
                     var kbc = min(KC_BLOCKS, kbn - kb0)
                     var last = kb0 + kbc == kbn
-                    for ip in range(0, mc, step):
-                        var a0 = a_h.unsafe_offset((ip // 16) * pstride + kb0 * TILE_BYTES)
-                        var cb = cbuf.unsafe_offset((ip // step) * CBUF_WORDS)
-                        _tiles_2x2(a0, a0.unsafe_offset(a_next), b0.unsafe_offset(kb0 * 256),
-                                   b0.unsafe_offset(b_next + kb0 * 256), kbc, cb, kb0 == 0)
-                        if not last:
-                            continue
-                        if not g.int15:
-                            for i in range(min(32, mc - ip)):
-                                var r = ic + ip + i
-                                var ea_r = ea.unsafe_load(r)
-                                comptime for v in range(2):
-                                    var jj = jp + v * 16
-                                    if jj < nc:
-                                        var s = cb.unsafe_load[width=IW](i * 32 + v * 16)
-                                        store_scaled(g, s.cast[DType.float32](), ea_r, eb, r, jc + jj, nc - jj)
-                        else:
-                            for i in range(min(16, mc - ip)):
-                                var r = ic + ip + i
-                                var hh = cb.unsafe_load[width=IW](i * 32).cast[DType.int64]()
-                                var hl = cb.unsafe_load[width=IW](i * 32 + 16).cast[DType.int64]()
-                                var lh = cb.unsafe_load[width=IW]((16 + i) * 32).cast[DType.int64]()
-                                var ll = cb.unsafe_load[width=IW]((16 + i) * 32 + 16).cast[DType.int64]()
-                                var s = join15_products[IW](hh, hl, lh, ll)
-                                store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
+                    var ach = a_pk.unsafe_offset(kb0 * units * UNIT_BYTES)
+                    for p in range(units):
+                        var cb = cbuf.unsafe_offset(p * CBUF_WORDS)
+                        _step(ach.unsafe_offset(p * kbc * UNIT_BYTES), bq.unsafe_offset(kb0 * 512), kbc, cb, kb0 == 0)
+                        if last:
+                            _store_unit(g, cb, ea, eb, ic + p * u, min(u, mc - p * u), jc + jp, min(u, nc - jp))
                     kb0 += kbc
             ic += mc_max
         jc += nc_max

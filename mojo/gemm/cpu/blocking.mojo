@@ -64,6 +64,7 @@ comptime AMX_TILE_BYTES = 1024
 comptime AMX_A_BLOCK_BYTES = 1024 * 1024
 comptime AMX_B_CHUNK_BYTES = 4 * 1024 * 1024
 comptime AMX_KC_BLOCKS = 8
+comptime AMX_PF_BYTES = 4096
 
 
 @always_inline
@@ -93,6 +94,7 @@ def block_table() -> List[Tuple[String, Int]]:
         t.append(("AMX_KC_BLOCKS", AMX_KC_BLOCKS))
         t.append(("AMX_A_BLOCK_BYTES", AMX_A_BLOCK_BYTES))
         t.append(("AMX_B_CHUNK_BYTES", AMX_B_CHUNK_BYTES))
+        t.append(("AMX_PF_BYTES", AMX_PF_BYTES))
     elif not CompilationTarget.has_avx512f():
         t.append(("AVX2_MR", AVX2_MR))
         t.append(("AVX2_MR15", AVX2_MR15))

@@ -15,6 +15,7 @@ from gemm.cpu.avx2_int import avx2_block, avx2_ws
 from std.sys.info import CompilationTarget
 from gemm.cpu.pack_int import IMR, INR
 from common.ptr import U32Ptr
+from common.workspace import ws_take, ws_request
 from std.memory.alloc import unsafe_alloc
 from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws
 
@@ -72,9 +73,11 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         t_count = kparts * max(1, min(tasks // kparts, npan))
         cols = chunk_bounds(n, t_count // kparts, 0, NR)[1]
         per_task = rows_ws(g, cols) + round_up(m * cols, 16)
+    per_task = round_up(per_task, 16)  # every task's part starts on a 64-byte boundary
     var need_total = per_task * t_count * 4
-    var own = ws_bytes < need_total
-    var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
+    var ws_at = ws_take(ws_addr, ws_bytes, need_total)
+    var own = ws_at == 0
+    var ws = F32Ptr(unsafe_from_address=ws_at) if not own else unsafe_alloc[Float32](
         per_task * t_count, alignment=64
     ).unsafe_origin_cast[MutAnyOrigin]()
 
@@ -124,7 +127,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         # SABOTAGE ONLY (conformance --sabotage): the rows path flips C[0, 0]'s low bit
         var cb = U32Ptr(unsafe_from_address=g.c)
         cb.unsafe_store(0, cb.unsafe_load(0) ^ 1)
-    return PythonObject(need_total)
+    return PythonObject(ws_request(need_total))
 
 
 def _sabotage(g: IntArgs):
@@ -174,8 +177,9 @@ def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
     elif not CompilationTarget.has_avx512f():
         per_task = round_up(avx2_ws(g, rows, cols), 16)
     var need = per_task * t_count * 4
-    var own = ws_bytes < need
-    var ws = U32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[UInt32](
+    var ws_at = ws_take(ws_addr, ws_bytes, need)
+    var own = ws_at == 0
+    var ws = U32Ptr(unsafe_from_address=ws_at) if not own else unsafe_alloc[UInt32](
         per_task * t_count, alignment=64
     ).unsafe_origin_cast[MutAnyOrigin]()
 
@@ -197,7 +201,7 @@ def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
     if own:
         ws.unsafe_free()
     _sabotage(g)
-    return need
+    return ws_request(need)
 
 
 def gemm_int8(args: PythonObject) raises -> PythonObject:

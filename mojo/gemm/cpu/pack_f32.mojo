@@ -89,12 +89,13 @@ def pack_b(
 
 
 @always_inline
-def transpose16(mut r: Array[SIMD[DType.float32, 16], 16]):
-    """In-register 16x16 transpose: four rounds of the perfect shuffle
-    (row i and row i+8 interleaved into rows 2i and 2i+1); each round rotates the
-    (row, column) index bits by one, so four rounds swap rows and columns."""
+def transpose16[dt: DType](mut r: Array[SIMD[dt, 16], 16]):
+    """In-register 16x16 transpose of 32-bit lanes (float32 here, the AMX kernels'
+    4-byte k-groups in amx_int.mojo): four rounds of the perfect shuffle (row i and
+    row i+8 interleaved into rows 2i and 2i+1); each round rotates the (row, column)
+    index bits by one, so four rounds swap rows and columns."""
     comptime for _round in range(4):
-        var t = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+        var t = Array[SIMD[dt, 16], 16](fill=SIMD[dt, 16](0))
         comptime for i in range(8):
             var z = r[i].interleave(r[i + 8])
             t[2 * i] = z.slice[16, offset=0]()

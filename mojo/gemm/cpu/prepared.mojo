@@ -12,6 +12,7 @@ split over tasks; more rows take the blocked nest, split as gemm_f32 splits them
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from common.ptr import F32Ptr
+from common.workspace import ws_take, ws_request
 from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
 from gemm.cpu.blocking import MR, NR, NV, MC, W, ROWS_MAX, round_up
@@ -295,9 +296,11 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True, a_once)
     if rows_path:
         per_task = rows_prepared_ws(g)
+    per_task = round_up(per_task, 16)  # every task's part starts on a 64-byte boundary
     var need_total = per_task * t_count * 4
-    var own = ws_bytes < need_total
-    var ws = F32Ptr(unsafe_from_address=ws_addr) if not own else unsafe_alloc[Float32](
+    var ws_at = ws_take(ws_addr, ws_bytes, need_total)
+    var own = ws_at == 0
+    var ws = F32Ptr(unsafe_from_address=ws_at) if not own else unsafe_alloc[Float32](
         per_task * t_count, alignment=64
     ).unsafe_origin_cast[MutAnyOrigin]()
 
@@ -326,7 +329,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     run_tasks(work, t_count)
     if own:
         ws.unsafe_free()
-    return PythonObject(need_total)
+    return PythonObject(ws_request(need_total))
 
 
 def register_prepared(mut m: PythonModuleBuilder) raises:
