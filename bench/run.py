@@ -26,15 +26,27 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
+
+from mojolearn import _cpu  # noqa: E402  (no numpy: the peers are pinned before it loads)
+
+# The peers run at the ISA of the build being timed. On a CPU wider than the v3 (AVX2)
+# build, numpy's OpenBLAS, MKL and ATen would use their AVX-512 kernels against our AVX2
+# ones; pinned to their AVX2 kernels, the v3 rows are the ones an AVX2 machine shows.
+# Set before numpy and torch load (they read these once); recorded in the results.
+PEER_PIN_V3 = {"OPENBLAS_CORETYPE": "Haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+               "ATEN_CPU_CAPABILITY": "avx2"}
+PEER_PIN = {}
+if _cpu.choose()[0] == "v3" and _cpu.refusal("v4") is None:
+    for _k, _v in PEER_PIN_V3.items():
+        PEER_PIN[_k] = os.environ.setdefault(_k, _v)
+
+import numpy as np  # noqa: E402
 
 import mojolearn  # noqa: E402
 from mojolearn import linalg  # noqa: E402
 from mojolearn.conformance import box  # noqa: E402
-from mojolearn import _cpu  # noqa: E402
 
 # torch's OpenMP workers would otherwise spin for a while after each call and steal a
 # core from the next contender; passive waiting keeps the interleaving fair.
@@ -156,6 +168,9 @@ def main(argv=None):
     threads = mojolearn.get_num_threads()
     print(f"mojolearn bench: {box()}, isa {mojolearn.cpu_isa()}, {threads} threads, {reps} interleaved reps, "
           f"torch {'yes' if torch else 'not installed'}")
+    if PEER_PIN:
+        print("  peers pinned to their AVX2 kernels (this CPU has AVX-512, the build is v3): "
+              + " ".join(f"{k}={v}" for k, v in PEER_PIN.items()))
 
     # ------------------------------------------------ converters, 16 Mi elements
     side = 1024 if a.quick else 4096
@@ -313,6 +328,8 @@ def main(argv=None):
         "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
                      "torch": ver("torch"), "python": platform.python_version()},
         "method": f"medians of {reps} interleaved reps after one warm-up; {SETTLE}s settle after numpy/torch calls; ratio = peer time / mojolearn time (>1: mojolearn faster)",
+        "peers_pinned": ({"env": PEER_PIN, "why": "the v3 (AVX2) build on a CPU with AVX-512: numpy/torch "
+                          "pinned to their AVX2 kernels, as on an AVX2 machine"} if PEER_PIN else None),
         "cases": B.rows,
     }
     if model_over and not a.quick and not a.only:
