@@ -131,6 +131,23 @@ def test_blocked_path_column_chunks_large_k():
     assert_same_bits(got[rows], oracle(a[rows], b), f"blocked {m}x131073x70")
 
 
+def _visit_order_ks():
+    """k either side of where the blocked path stops visiting a row block panel by panel
+    (its A over all of k within PANEL_OUTER_A_BYTES) and goes leaf by leaf."""
+    kt = BLOCKS["PANEL_OUTER_A_BYTES"] // (4 * MC)
+    return [kt, kt + 1]
+
+
+@pytest.mark.parametrize("k", _visit_order_ks())
+def test_blocked_path_both_visit_orders(k):
+    """6.4 6.5: m > MC on both tile visit orders of the blocked path (column panel
+    outer with one panel's tree slots, or leaf outer with a whole block's slots);
+    NN, NT and TN against the oracle, with a second row block and an odd last panel."""
+    m, n = MC + 7, 70
+    a, b = normal(m, k), normal(k, n)
+    check_all_layouts(a, b, f"blocked k={k}")
+
+
 TILE_NS = [1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97]
 
 

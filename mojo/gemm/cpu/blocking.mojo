@@ -12,7 +12,9 @@ fp32.v1 / bf16f32.v1 (fp32_v1.mojo, ukernel_f32.mojo, pack_f32.mojo)
     MR x NR the register tile (NR = NV vectors); KC is the leaf itself
             (arith.tree.leaf_size, rule 6.2), so the cache block over k IS the leaf
     MC      rows of A packed per block; NCS columns of B per chunk of the small-m
-            path; the packed B chunk stays within PACK_B_BYTES
+            path; the packed B chunk stays within PACK_B_BYTES; a row block whose A over
+            all of k fits in PANEL_OUTER_A_BYTES is visited column panel by column panel
+            (its tree slots stay in L2), a larger one leaf by leaf
 rows_f32.mojo (m <= ROWS_MAX, decode shapes)
     TCHUNK  NT columns transposed per chunk (NTG groups of 16); PF_ROWS rows prefetched
 integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
@@ -36,6 +38,7 @@ comptime MR = 12 if W >= 16 else 6
 comptime MC = 12 * MR
 comptime NCS = 512
 comptime PACK_B_BYTES = 16 * 1024 * 1024
+comptime PANEL_OUTER_A_BYTES = 2 * 1024 * 1024
 # rows_f32 (decode shapes)
 comptime ROWS_MAX = 4
 comptime PF_ROWS = 1
@@ -83,6 +86,7 @@ def block_table() -> List[Tuple[String, Int]]:
     t.append(("MC", MC))
     t.append(("NCS", NCS))
     t.append(("PACK_B_BYTES", PACK_B_BYTES))
+    t.append(("PANEL_OUTER_A_BYTES", PANEL_OUTER_A_BYTES))
     t.append(("ROWS_MAX", ROWS_MAX))
     t.append(("TCHUNK", TCHUNK))
     t.append(("INT_ROWS_MAX", INT_ROWS_MAX))

@@ -4,14 +4,21 @@ One task computes C[i_lo:i_hi, j_lo:j_hi] alone, so any split of the output over
 tasks gives the same bits (contract 6.5). Per task:
   for each NC chunk of columns: pack B (all of k)
     for each MC block of rows:
-      for each leaf p (k0 = p*L):  pack A (MC x L)
-        for each NR panel, each MR panel: micro-kernel (one leaf) + tree merge
-Workspace: the packed B chunk, the packed A block and the tree slots of one
-MC x NC block - packing panels only, bounded by PACK_B_BYTES.
+      panel outer (the block's A over all of k within PANEL_OUTER_A_BYTES):
+        pack A (MC x k); for each NR panel, each leaf p, each MR panel:
+          micro-kernel (one leaf) + tree merge; tree slots of one column panel (L2)
+      else:
+        for each leaf p (k0 = p*L): pack A (MC x L)
+          for each NR panel, each MR panel: micro-kernel (one leaf) + tree merge;
+          tree slots of the whole MC x NC block
+Every tile sees its leaves in ascending order either way: the visit order of tiles is
+all that differs, which no output can see.
+Workspace: the packed B chunk, the packed A block and the tree slots - packing panels
+only, bounded by PACK_B_BYTES.
 """
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, round_up
+from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, PANEL_OUTER_A_BYTES, round_up
 from arith.tree import leaf_size, leaf_count, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
@@ -48,9 +55,20 @@ def a_once_fits(k: Int, i_rows: Int) -> Bool:
     return round_up(i_rows, MR) * k * 4 <= A_ONCE_BYTES
 
 
+def panel_outer(k: Int, i_rows: Int) -> Bool:
+    """Whether f32_block visits a row block panel by panel (every leaf of one column
+    panel before the next, A packed over all of k, the tree slots of one column panel
+    only: they stay in L2) rather than leaf by leaf (A packed one leaf at a time, the
+    slots of a whole MC x NC block: megabytes, in L3). The first needs the block's A
+    over all of k to stay within PANEL_OUTER_A_BYTES."""
+    return round_up(min(MC, i_rows), MR) * k * 4 <= PANEL_OUTER_A_BYTES
+
+
 def _a_part(k: Int, i_rows: Int, L: Int, a_once: Bool) -> Int:
     if a_once:
         return round_up(round_up(i_rows, MR) * k, 16)
+    if panel_outer(k, i_rows):
+        return round_up(round_up(min(MC, i_rows), MR) * k, 16)
     return round_up(round_up(min(MC, i_rows), MR) * L, 16)
 
 
@@ -62,7 +80,8 @@ def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
     var nleaves = leaf_count(g.k)
     var nc_max = nc_for(g.k, j_cols)
     var mc_pad = round_up(min(MC, i_rows), MR)
-    var nslots = mc_pad * nc_max * bit_length(nleaves) if nleaves > 1 else NR
+    var slot_cols = NR if panel_outer(g.k, i_rows) else nc_max
+    var nslots = mc_pad * slot_cols * bit_length(nleaves) if nleaves > 1 else NR
     var bpart = 0 if prepared else round_up(nc_max * g.k, 16)
     return bpart + _a_part(g.k, i_rows, L, a_once) + round_up(nslots, 16)
 
@@ -90,7 +109,8 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var mc_pad = round_up(min(MC, i_hi - i_lo), MR)
     var bpack = ws
     var apack = ws.unsafe_offset(round_up(nc_max * k, 16)) if bpre == 0 else ws
-    var level_stride = mc_pad * nc_max
+    var outer = panel_outer(k, i_hi - i_lo)
+    var level_stride = mc_pad * (NR if outer else nc_max)
     var slots = apack.unsafe_offset(_a_part(k, i_hi - i_lo, L, a_once))
     if a_once:
         # block ic's leaf p at (ic - i_lo) * k + round_up(mc, MR) * k0
@@ -115,6 +135,31 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
         while ic < i_hi:
             var mc = min(MC, i_hi - ic)
             var mpan = (mc + MR - 1) // MR
+            if outer:
+                # A over all of k (leaf p's panels at round_up(mc, MR) * k0), then per
+                # column panel every leaf in ascending order; the slots of one panel
+                var ablk0 = apack
+                if a_once:
+                    ablk0 = apack.unsafe_offset((ic - i_lo) * k)
+                else:
+                    for p in range(nleaves):
+                        var k0 = p * L
+                        pack_a(g.a, g.a_bf16, g.trans_a, lda, ic, mc, k0, min(L, k - k0),
+                               apack.unsafe_offset(round_up(mc, MR) * k0))
+                for jp in range(npan):
+                    var nr = min(NR, nc - jp * NR)
+                    for p in range(nleaves):
+                        var k0 = p * L
+                        var lk = min(L, k - k0)
+                        var bp = bpack.unsafe_offset(jp * NR * k + k0 * NR)
+                        var ablk = ablk0.unsafe_offset(round_up(mc, MR) * k0)
+                        for ip in range(mpan):
+                            var mr = min(MR, mc - ip * MR)
+                            _tile_leaf(g, ablk.unsafe_offset(ip * MR * lk), bp, lk, p, nleaves, acc)
+                            var cp = cptr.unsafe_offset((ic + ip * MR) * n + jc + jp * NR)
+                            finish_tile(acc, p, nleaves, levels, slots, level_stride, ip * MR * NR, cp, n, mr, nr)
+                ic += MC
+                continue
             for p in range(nleaves):
                 var k0 = p * L
                 var lk = min(L, k - k0)
@@ -128,20 +173,25 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
                     var bp = bpack.unsafe_offset(jp * NR * k + k0 * NR)
                     for ip in range(mpan):
                         var mr = min(MR, mc - ip * MR)
-                        var ap = ablk.unsafe_offset(ip * MR * lk)
-                        if g.sabotage and p == nleaves - 1:
-                            # a separate accumulator: passing acc itself to this out-of-line call would
-                            # let its address escape, and the hot loop would store acc on every FMA
-                            var racc = Acc(fill=SIMD[DType.float32, W](0))
-                            ukernel_leaf_reversed(ap, bp, lk, NR, racc)
-                            acc = racc^
-                        else:
-                            ukernel_leaf(ap, bp, lk, NR, acc)
+                        _tile_leaf(g, ablk.unsafe_offset(ip * MR * lk), bp, lk, p, nleaves, acc)
                         var tile_off = (jp * mpan + ip) * MR * NR
                         var cp = cptr.unsafe_offset((ic + ip * MR) * n + jc + jp * NR)
                         finish_tile(acc, p, nleaves, levels, slots, level_stride, tile_off, cp, n, mr, nr)
             ic += MC
         jc += nc_max
+
+
+@always_inline
+def _tile_leaf(g: GemmArgs, ap: F32Ptr, bp: F32Ptr, lk: Int, p: Int, nleaves: Int, mut acc: Acc):
+    """One leaf of one MR x NR tile from packed panels (contract 6.3)."""
+    if g.sabotage and p == nleaves - 1:
+        # a separate accumulator: passing acc itself to this out-of-line call would
+        # let its address escape, and the hot loop would store acc on every FMA
+        var racc = Acc(fill=SIMD[DType.float32, W](0))
+        ukernel_leaf_reversed(ap, bp, lk, NR, racc)
+        acc = racc^
+    else:
+        ukernel_leaf(ap, bp, lk, NR, acc)
 
 
 def f32_small_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
