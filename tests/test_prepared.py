@@ -281,3 +281,117 @@ def test_refused_by_a_process_running_another_build(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"prepared for the {mojolearn.cpu_isa()} CPU build" in r.stdout
     assert f"runs the {others[-1]} build" in r.stdout
+
+
+# ---------------------------------------------------------------- quantized weights (int8i32.v1, int15i64.v1)
+INT_MS = (1, 2, 4, 5, 17, 33, 70)  # the decode rows (m <= 4) read the codes as stored
+INT_NS = (1, 15, 16, 17, 31, 33, 70)
+INT_KS = (1, 63, 65, 129, 600)  # 600: k-blocks past one AMX k-chunk, a partial last one
+
+
+def _extreme(rng, rows, k, lo, hi):
+    pool = np.array([lo, lo + 1, -1, 0, 1, hi - 1, hi], np.int64)
+    return pool[rng.integers(0, len(pool), size=(rows, k))]
+
+
+def _int_pair(profile, seed, m, n, k):
+    """(a, b) quantized tuples with codes at the ends of the range (every sum's worst case)."""
+    rng = np.random.default_rng(seed)
+    if profile == "int8":
+        qa = (_extreme(rng, m, k, -127, 127).astype(np.int8), rng.integers(-4, 4, m).astype(np.int32))
+        qb = (_extreme(rng, n, k, -127, 127).astype(np.int8), rng.integers(-4, 4, n).astype(np.int32))
+        return qa, qb, linalg.matmul_int8
+    a, b = _extreme(rng, m, k, -16383, 16383), _extreme(rng, n, k, -16383, 16383)
+    split = lambda c: ((c >> 7).astype(np.int8), (c & 127).astype(np.int8))  # noqa: E731
+    qa = (*split(a), rng.integers(-4, 4, m).astype(np.int32))
+    qb = (*split(b), rng.integers(-4, 4, n).astype(np.int32))
+    return qa, qb, linalg.matmul_int15
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("m", INT_MS)
+def test_int_same_bits_as_raw(profile, m, threads):
+    """L-5 / W-3: matmul_int8 / matmul_int15 with a prepared b give the raw call's bits
+    (odd n and k across the kernels' units, panels and k-chunks; extreme codes)."""
+    for i, (n, k) in enumerate((n, k) for n in INT_NS for k in INT_KS):
+        qa, qb, f = _int_pair(profile, 1000 * m + i, m, n, k)
+        p = linalg.prepare(qb)
+        assert_same_bits(f(qa, p), f(qa, qb), f"{profile} m={m} n={n} k={k} threads={threads}")
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_int_oracle_float_a_and_blocks(profile):
+    """L-5 / W-3: a float32 a (quantized by the call) against a prepared b, against the
+    oracle; then a product large enough to cross the kernels' row blocks and column
+    chunks (m = 300, n = 700, k = 1500)."""
+    a, w = rnd(30, 37, 300), rnd(31, 45, 300)
+    if profile == "int8":
+        qw, f = linalg.quantize_int8(w), linalg.matmul_int8
+        exp = O.gemm_int(*O.quantize_int8(a), *O.quantize_int8(w))
+    else:
+        qw, f = linalg.quantize_int15(w), linalg.matmul_int15
+        exp = O.gemm_int15(*O.quantize_int15(a), *O.quantize_int15(w))
+    assert_same_bits(f(a, linalg.prepare(qw)), exp, f"{profile} oracle")
+    qa, qb, f = _int_pair(profile, 6, 300, 700, 1500)
+    assert_same_bits(f(qa, linalg.prepare(qb)), f(qa, qb), f"{profile} 300x700x1500")
+
+
+def test_int_record_pickle_copy_and_refusals():
+    """A prepared quantized weight records its profile and shape, pickles within a
+    build, is a copy, and is refused by name where it does not belong."""
+    qa, qb, f = _int_pair("int8", 7, 5, 40, 130)
+    p = linalg.prepare(qb)
+    assert p.profile == "mojolearn.identical.gemm.int8i32.v1" and p.shape == (40, 130)
+    assert p.transpose_b is True and p.isa == mojolearn.cpu_isa() and p.nbytes > 2 * 40 * 130
+    q = pickle.loads(pickle.dumps(p))
+    exp = f(qa, qb)
+    codes = qb[0].copy()
+    qb[0][:] = 0  # a copy: later changes to the codes do not reach it
+    assert_same_bits(f(qa, p), exp, "copy")
+    assert_same_bits(f(qa, q), exp, "pickle")
+    qb[0][:] = codes
+    ha, hb, f15 = _int_pair("int15", 8, 3, 20, 70)
+    p15 = linalg.prepare(hb)
+    assert p15.profile == "mojolearn.identical.gemm.int15i64.v1"
+    with pytest.raises(TypeError, match="prepared for matmul_int8 "):
+        linalg.matmul_int15(ha, p)
+    with pytest.raises(TypeError, match="prepared for matmul_int15"):
+        linalg.matmul_int8(qa, p15)
+    with pytest.raises(TypeError, match="prepared for matmul_int8 "):
+        linalg.matmul(rnd(9, 2, 130), p, transpose_b=True)
+    with pytest.raises(TypeError, match="prepared for matmul "):
+        linalg.matmul_int8(qa, linalg.prepare(rnd(10, 40, 130), transpose_b=True))
+    with pytest.raises(ValueError, match="same k"):
+        linalg.matmul_int8(_int_pair("int8", 9, 2, 3, 131)[0], p)
+    with pytest.raises(TypeError, match="right-hand operand"):
+        linalg.matmul_int8(p, qb)
+    with pytest.raises(ValueError, match="drop transpose_b=False"):
+        linalg.prepare(qb, transpose_b=False)
+    with pytest.raises(ValueError, match="tuple of 4"):
+        linalg.prepare((qb[0], qb[0], qb[0], qb[1]))
+    with pytest.raises(ValueError, match="exponents have length"):
+        linalg.prepare((qb[0], qb[1][:3]))
+    forged = pickle.loads(pickle.dumps(p))
+    forged.isa = "v3" if mojolearn.cpu_isa() != "v3" else "amx"
+    with pytest.raises(ValueError, match="CPU build"):
+        f(qa, forged)
+    assert p.release() > 0
+    with pytest.raises(ValueError, match="released"):
+        f(qa, p)
+
+
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+def test_int_kernel_reads_the_prepared_panels(profile):
+    """The products of m > 4 rows read the packed panels, not the codes kept beside
+    them: with the panels zeroed in place the result changes (to exact zeros), while
+    the decode rows (m <= 4), which read the codes as stored, do not."""
+    import ctypes
+
+    qa, qb, f = _int_pair(profile, 11, 40, 50, 200)
+    p = linalg.prepare(qb)
+    exp = f(qa, qb)
+    ctypes.memset(p._int["packed"], 0, 4 * p._int["words"])
+    got = np.asarray(f(qa, p))
+    assert np.all(got == 0) and not np.all(np.asarray(exp) == 0)
+    few = tuple(x[:4] for x in qa)
+    assert_same_bits(f(few, p), f(few, qb), "decode rows")

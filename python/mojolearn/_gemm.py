@@ -477,8 +477,17 @@ def _int_ready(func, named, is_tuple, nplanes):
 def _int_gemm(func, a, b, out, nplanes, max_k, rule, extra):
     _no_extra(func, extra, "(a, b, *, out=None)")
     # every refusal first (no copy, no quantization, no allocation)
+    if isinstance(a, PreparedWeight):
+        raise TypeError(
+            f"mojolearn: {func}: a is a prepared weight; prepared weights are the right-hand "
+            "operand b (a @ b.T); pass the left operand as float32 or its quantized tuple")
     m, k, anamed, atup = _int_operand(func, a, "a", nplanes)
-    n, kb, bnamed, btup = _int_operand(func, b, "b", nplanes)
+    pre = b if isinstance(b, PreparedWeight) else None
+    if pre is not None:
+        pre.check(func, True)
+        n, kb, bnamed, btup = pre.n, pre.k, [], True
+    else:
+        n, kb, bnamed, btup = _int_operand(func, b, "b", nplanes)
     if k != kb:
         raise ValueError(
             f"mojolearn: {func}: a is (m={m}, k={k}) and b is (n={n}, k={kb}): "
@@ -492,16 +501,26 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule, extra):
     ob = _out(func, out, m, n)
     _no_overlap(func, ob, _in_place(anamed + bnamed))
     ap, ae, akeep = _int_ready(func, anamed, atup, nplanes)
-    bp, be, bkeep = _int_ready(func, bnamed, btup, nplanes)
+    if pre is not None:
+        parts = pre._int
+        bp, be, bkeep = parts["planes"], parts["exps"], pre
+    else:
+        bp, be, bkeep = _int_ready(func, bnamed, btup, nplanes)
     res, caddr = _result(func, out, ob, m, n)
     if m and n:
         wa, wn = _ws()
-        if nplanes == 1:
-            need = native().gemm_int8((ap[0], ae, bp[0], be, caddr, m, n, k,
-                                       get_num_threads(), sabotage_arg(), wa, wn))
+        tail = (get_num_threads(), sabotage_arg(), wa, wn)
+        if pre is not None:
+            bpk = pre._int["packed"]
+            if nplanes == 1:
+                need = native().gemm_int8_packed((ap[0], ae, bp[0], be, bpk, caddr, m, n, k) + tail)
+            else:
+                need = native().gemm_int15_packed((ap[0], ap[1], ae, bp[0], bp[1], be, bpk, caddr,
+                                                   m, n, k) + tail)
+        elif nplanes == 1:
+            need = native().gemm_int8((ap[0], ae, bp[0], be, caddr, m, n, k) + tail)
         else:
-            need = native().gemm_int15((ap[0], ap[1], ae, bp[0], bp[1], be, caddr, m, n, k,
-                                        get_num_threads(), sabotage_arg(), wa, wn))
+            need = native().gemm_int15((ap[0], ap[1], ae, bp[0], bp[1], be, caddr, m, n, k) + tail)
         if need > wn:
             _ws_fit(need)
     del akeep, bkeep  # alive until the kernel returned
@@ -525,14 +544,16 @@ def _no_extra(func, extra, takes):
 
 
 def matmul_int8(a, b, *, out=None, **unexpected):
-    """int8i32.v1: ``a @ b.T``; each operand float32 (m,k)/(n,k) or (codes, exponents).
+    """int8i32.v1: ``a @ b.T``; each operand float32 (m,k)/(n,k) or (codes, exponents);
+    b may also be ``linalg.prepare((codes, exponents))``.
     Output ftz(f32(S) * pow2f(ea[i] + eb[j])) with S the exact integer sum; k <= 131072 (L-7)."""
     return _staged_out("matmul_int8", out, lambda o: _int_gemm(
         "matmul_int8", a, b, o, 1, INT8_MAX_K, "L-7", unexpected))
 
 
 def matmul_int15(a, b, *, out=None, **unexpected):
-    """int15i64.v1: ``a @ b.T``; each operand float32 or (hi, lo, exponents).
+    """int15i64.v1: ``a @ b.T``; each operand float32 or (hi, lo, exponents); b may also
+    be ``linalg.prepare((hi, lo, exponents))``.
     Output as int8i32.v1 with 15-bit codes; k <= 65536 (W-4)."""
     return _staged_out("matmul_int15", out, lambda o: _int_gemm(
         "matmul_int15", a, b, o, 2, INT15_MAX_K, "W-4", unexpected))

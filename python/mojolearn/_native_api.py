@@ -55,6 +55,14 @@ ENTRIES = (
           doc="pack B for gemm_f32_packed: ceil(n / NR) * NR * k float32"),
     Entry("gemm_f32_packed", ("a", "b_packed", "c", "m", "n", "k", "trans_a", "a_bf16")
           + _GEMM_TAIL, "cpu", "int", "fp32.v1 / bf16f32.v1, B prepared"),
+    Entry("gemm_int_pack_words", ("n", "k", "int15"), "cpu", "int",
+          "32-bit words gemm_int_pack writes on this build"),
+    Entry("gemm_int_pack", ("b_hi", "b_lo", "n", "k", "int15", "dst", "tasks"), "cpu",
+          doc="pack B's codes once for gemm_int8_packed / gemm_int15_packed"),
+    Entry("gemm_int8_packed", ("a_codes", "a_exps", "b_codes", "b_exps", "b_packed", "c", "m", "n",
+                               "k") + _GEMM_TAIL, "cpu", "int", "int8i32.v1, B prepared"),
+    Entry("gemm_int15_packed", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "b_packed", "c",
+                                "m", "n", "k") + _GEMM_TAIL, "cpu", "int", "int15i64.v1, B prepared"),
     Entry("strided_copy", ("src", "dst", "itemsize", "ndim", "shape", "byte_strides"), "both"),
     Entry("mxcsr", (), "both", "int", "the calling thread's MXCSR"),
     # CPU builds only

@@ -12,6 +12,10 @@ def gemm_int8(args: tuple[int, int, int, int, int, int, int, int, int, int, int,
 def gemm_int15(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_hi: int, a_lo: int, a_exps: int, b_hi: int, b_lo: int, b_exps: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
 def gemm_f32_pack(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (b: int, dst: int, n: int, k: int, trans_b: int, b_bf16: int, tasks: int)
 def gemm_f32_packed(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a: int, b_packed: int, c: int, m: int, n: int, k: int, trans_a: int, a_bf16: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
+def gemm_int_pack_words(args: tuple[int, int, int], /) -> int: ...  # (n: int, k: int, int15: int)
+def gemm_int_pack(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (b_hi: int, b_lo: int, n: int, k: int, int15: int, dst: int, tasks: int)
+def gemm_int8_packed(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_codes: int, a_exps: int, b_codes: int, b_exps: int, b_packed: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
+def gemm_int15_packed(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_hi: int, a_lo: int, a_exps: int, b_hi: int, b_lo: int, b_exps: int, b_packed: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
 def strided_copy(args: tuple[int, int, int, int, list[int], list[int]], /) -> None: ...  # (src: int, dst: int, itemsize: int, ndim: int, shape: list[int], byte_strides: list[int])
 def mxcsr(args: tuple[()], /) -> int: ...
 def mxcsr_set(args: tuple[int], /) -> int: ...  # (value: int)

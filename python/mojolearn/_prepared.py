@@ -1,10 +1,16 @@
 """Prepared weights: ``linalg.prepare(b)`` packs a right-hand operand ONCE into the
-layout the CPU fp32.v1 / bf16f32.v1 kernels stream (mojo/gemm/cpu/pack_f32.mojo,
-``pack_b_all``: NR-column panels over all of k, NR from this build's block table);
-``matmul`` / ``matmul_bf16`` take the result in place of ``b`` and skip the packing
-they would otherwise do on every call. The bits are those of the raw call: packing
-copies bits (bf16 widened exactly, rule L-1) and the products run the same leaves,
-chains and tree (contract 6.5: the order depends on k only).
+layout the CPU kernels of this build stream, and the products take the result in
+place of ``b`` and skip the packing they would otherwise do on every call:
+  - float32 or bf16 bits: ``matmul`` / ``matmul_bf16`` (mojo/gemm/cpu/pack_f32.mojo,
+    ``pack_b_all``: NR-column panels over all of k, NR from this build's block table);
+  - a quantized tuple, (codes, exponents) or (hi, lo, exponents): ``matmul_int8`` /
+    ``matmul_int15`` (``gemm_int_pack``: the integer kernel's own B layout over all n,
+    AMX units, VNNI panels with column sums or AVX2 k-pair panels, by build). The
+    object also keeps a copy of the codes and exponents as given: the decode rows
+    (m <= 4) read B as stored.
+The bits are those of the raw call: packing copies bits (bf16 widened exactly, rule
+L-1; codes regrouped, never changed), and the products run the same leaves, chains
+and tree (contract 6.5: the order depends on k only) or the same exact integer sums.
 
 The object records what it was made for: the CPU build (``mojolearn.cpu_isa()``) and
 its panel width, the profile (fp32.v1 for a float32 ``b``, bf16f32.v1 for bf16 bits),
@@ -25,10 +31,17 @@ from ._threads import get_num_threads
 from ._validate import buf, contiguous
 
 LAYOUT = "nr-panels/1"  # pack_b_all: panel q = columns [q*NR, q*NR+NR) for kk in 0..k
+INT_LAYOUT = "int-b/1"  # gemm_int_pack's layout, then the codes and exponents as given
 PROFILES = {"float32": "mojolearn.identical.gemm.fp32.v1",
             "uint16": "mojolearn.identical.gemm.bf16f32.v1"}
+INT_PROFILES = {1: "mojolearn.identical.gemm.int8i32.v1", 2: "mojolearn.identical.gemm.int15i64.v1"}
 FUNCS = {"mojolearn.identical.gemm.fp32.v1": "matmul",
-         "mojolearn.identical.gemm.bf16f32.v1": "matmul_bf16"}
+         "mojolearn.identical.gemm.bf16f32.v1": "matmul_bf16",
+         "mojolearn.identical.gemm.int8i32.v1": "matmul_int8",
+         "mojolearn.identical.gemm.int15i64.v1": "matmul_int15"}
+_TAKES = {"matmul": "the float32 weight", "matmul_bf16": "the bf16 bits (uint16) weight",
+          "matmul_int8": "the (codes, exponents) tuple of quantize_int8",
+          "matmul_int15": "the (hi, lo, exponents) tuple of quantize_int15"}
 _ALIGN = 64
 _HUGE = 2 * 1024 * 1024
 
@@ -70,7 +83,7 @@ class PreparedWeight:
     released object is refused by every product."""
 
     __slots__ = ("shape", "transpose_b", "profile", "isa", "nr", "layout", "n", "k",
-                 "_mem", "_addr", "_floats")
+                 "_mem", "_addr", "_floats", "_int")
 
     def __init__(self):  # made by prepare() or unpickling only
         raise TypeError("mojolearn: PreparedWeight: make one with mojolearn.linalg.prepare(b, "
@@ -87,6 +100,7 @@ class PreparedWeight:
             self.k, self.n = self.shape
         self._floats = int(floats)
         self._mem, self._addr = _alloc(4 * max(self._floats, 1))
+        self._int = _int_parts(self) if profile in INT_PROFILES.values() else None
         return self
 
     @property
@@ -128,16 +142,16 @@ class PreparedWeight:
         if self._mem is None:
             raise ValueError(f"mojolearn: {func}: this prepared weight was released; prepare "
                              "the weight again with linalg.prepare")
-        if self.layout != LAYOUT:
+        layout = INT_LAYOUT if self.profile in INT_PROFILES.values() else LAYOUT
+        if self.layout != layout:
             raise ValueError(
                 f"mojolearn: {func}: this prepared weight is stale: its layout is "
-                f"{self.layout!r}, this mojolearn packs {LAYOUT!r}; prepare the weight again")
+                f"{self.layout!r}, this mojolearn packs {layout!r}; prepare the weight again")
         want = FUNCS.get(self.profile)
         if want != func:
             raise TypeError(
                 f"mojolearn: {func}: this weight was prepared for {want} ({self.profile}); "
-                f"pass it to {want}, or prepare the "
-                f"{'float32' if func == 'matmul' else 'bf16 bits (uint16)'} weight for {func}")
+                f"pass it to {want}, or prepare {_TAKES.get(func, 'the weight')} for {func}")
         isa = _cpu.cpu_isa()
         if self.isa != isa or self.nr != build_nr():
             raise ValueError(
@@ -157,6 +171,66 @@ class PreparedWeight:
                 "runs on the GPU; pass the raw weight, or mojolearn.set_device('cpu')")
 
 
+def _int_parts(p):
+    """Addresses inside a prepared integer weight's block: the packed B (the words
+    gemm_int_pack writes), then the planes as given ((n, k) int8 each) and the
+    exponents (n int32), each 64-byte aligned. {"packed", "planes": [...], "exps"}."""
+    nplanes = 1 if p.profile == INT_PROFILES[1] else 2
+    words = cpu_native().gemm_int_pack_words((p.n, p.k, int(nplanes == 2)))
+    at = p._addr
+    parts = {"packed": at, "words": int(words)}
+    at += _up(4 * int(words))
+    parts["planes"] = []
+    for _ in range(nplanes):
+        parts["planes"].append(at)
+        at += _up(p.n * p.k)
+    parts["exps"] = at
+    return parts
+
+
+def _up(nbytes: int) -> int:
+    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _int_floats(n: int, k: int, nplanes: int) -> int:
+    """The 4-byte words of a prepared integer weight's block (see _int_parts)."""
+    words = cpu_native().gemm_int_pack_words((n, k, int(nplanes == 2)))
+    total = _up(4 * int(words)) + nplanes * _up(n * k) + _up(4 * n)
+    return total // 4
+
+
+def _prepare_int(b, transpose_b):
+    """prepare() for a quantized tuple: (codes, exponents) -> int8i32.v1, (hi, lo,
+    exponents) -> int15i64.v1; b as the integer GEMMs take it, (n, k)."""
+    from ._gemm import _int_operand
+
+    func = "prepare"
+    if len(b) not in (2, 3):
+        raise ValueError(
+            f"mojolearn: {func}: a quantized b is (codes, exponents) from quantize_int8 or "
+            f"(hi, lo, exponents) from quantize_int15, got a tuple of {len(b)}")
+    if transpose_b is False:
+        raise ValueError(
+            f"mojolearn: {func}: a quantized b is stored (n, k) and multiplied as a @ b.T, "
+            "as matmul_int8 / matmul_int15 take it; drop transpose_b=False (or pass True)")
+    nplanes = len(b) - 1
+    n, k, named, _ = _int_operand(func, b, "b", nplanes)
+    bufs = [contiguous(x, func, nm) for nm, x in named]
+    isa = _cpu.cpu_isa()
+    p = PreparedWeight._new((n, k), True, INT_PROFILES[nplanes], isa, build_nr(), INT_LAYOUT,
+                            _int_floats(n, k, nplanes))
+    parts = p._int
+    for src, dst in zip(bufs[:-1], parts["planes"]):
+        ctypes.memmove(dst, src.addr, n * k)
+    ctypes.memmove(parts["exps"], bufs[-1].addr, 4 * n)
+    if n and k:
+        pl = parts["planes"]
+        cpu_native().gemm_int_pack((pl[0], pl[-1], n, k, int(nplanes == 2), parts["packed"],
+                                    get_num_threads()))
+    del bufs  # alive until copied
+    return p
+
+
 def _restore(meta, data):
     shape, transpose_b, profile, isa, nr, layout, floats = meta
     p = PreparedWeight._new(shape, transpose_b, profile, isa, nr, layout, floats)
@@ -166,20 +240,29 @@ def _restore(meta, data):
     return p
 
 
-def prepare(b, *, transpose_b=False, **unexpected):
+def prepare(b, *, transpose_b=None, **unexpected):
     """Pack the right-hand operand ``b`` once for this CPU build; returns a
-    ``PreparedWeight`` that ``matmul`` (b float32) or ``matmul_bf16`` (b bf16 bits,
-    uint16) accept in place of ``b``, with the same bits as the raw call.
+    ``PreparedWeight`` that ``matmul`` (b float32), ``matmul_bf16`` (b bf16 bits,
+    uint16), ``matmul_int8`` (b the (codes, exponents) tuple of quantize_int8) or
+    ``matmul_int15`` (b the (hi, lo, exponents) tuple of quantize_int15) accept in
+    place of ``b``, with the same bits as the raw call.
 
-    ``transpose_b`` names the layout b is stored in, as in those calls: False for
-    (k, n) (``a @ b``), True for (n, k) (``a @ b.T``, how checkpoints store weights).
-    The call must pass the same flag. The object is a copy (about ``b``'s float32
-    size, columns padded to the panel width) tied to this process's CPU build."""
+    ``transpose_b`` names the layout a float b is stored in, as in those calls: False
+    (the default) for (k, n) (``a @ b``), True for (n, k) (``a @ b.T``, how checkpoints
+    store weights); the call must pass the same flag. A quantized b is always (n, k)
+    (the integer GEMMs compute ``a @ b.T``). The object is a copy tied to this
+    process's CPU build: about ``b``'s float32 size for a float b (columns padded to the
+    panel width); for a quantized b, the codes packed for this build's integer kernel
+    plus the codes and exponents as given (about twice the codes' bytes)."""
     from ._gemm import _flag, _no_extra
 
     func = "prepare"
     _no_extra(func, unexpected, "(b, *, transpose_b=False)")
-    transpose_b = _flag(func, "transpose_b", transpose_b)
+    if transpose_b is not None:
+        transpose_b = _flag(func, "transpose_b", transpose_b)
+    if isinstance(b, tuple):
+        return _prepare_int(b, transpose_b)
+    transpose_b = bool(transpose_b)
     bb = buf(b, func, "b", ("float32", "uint16"), ndim=2, copy=False)
     bb = contiguous(bb, func, "b")
     isa = _cpu.cpu_isa()

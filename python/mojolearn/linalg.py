@@ -13,6 +13,7 @@ profile and call the matching function.
 PREPARED WEIGHTS
     prepare(b, transpose_b=...) packs a weight once for this CPU build; matmul /
     matmul_bf16 take the result in place of b (same bits, no packing per call).
+    prepare(quantized tuple) does the same for matmul_int8 / matmul_int15.
 
 THE CONVERTERS
     to_bf16 / from_bf16, quantize_int8 / dequantize_int8, quantize_int15 /

@@ -230,6 +230,19 @@ def _store_unit(g: IntArgs, cb: I32Ptr, ea: I32Ptr, eb: I32Ptr, r0: Int, rows: I
             store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, j0, cols)
 
 
+def amx_packed_words(n: Int, k: Int, int15: Bool) -> Int:
+    """32-bit words of B prepared for amx_block: the unit layout over all n."""
+    var u = unit_lines(int15)
+    return ((n + u - 1) // u) * _kblocks(k) * 512
+
+
+def amx_pack_all(b_hi: Int, b_lo: Int, n: Int, k: Int, int15: Bool, j0: Int, j1: Int, dst: U32Ptr):
+    """Columns [j0, j1) (j0 a multiple of 32) of B into the prepared unit layout."""
+    var u = unit_lines(int15)
+    pack_b_amx(I8Ptr(unsafe_from_address=b_hi), I8Ptr(unsafe_from_address=b_lo), k, j0, j1 - j0, k, int15,
+               dst.unsafe_offset((j0 // u) * _kblocks(k) * 512))
+
+
 def amx_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
     """Output rows [i_lo, i_hi) x columns [j_lo, j_hi) on the tile unit: per B chunk,
     per A block, per B unit, per k-chunk, every A unit of the block."""
@@ -255,7 +268,10 @@ def amx_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
     var jc = j_lo
     while jc < j_hi:
         var nc = min(nc_max, j_hi - jc)
-        pack_b_amx(b0, b1, k, jc, nc, k, g.int15, b_pk)
+        if g.bpre != 0:
+            b_pk = U32Ptr(unsafe_from_address=g.bpre).unsafe_offset((jc // u) * kbn * 512)
+        else:
+            pack_b_amx(b0, b1, k, jc, nc, k, g.int15, b_pk)
         var ic = i_lo
         while ic < i_hi:
             var mc = min(mc_max, i_hi - ic)

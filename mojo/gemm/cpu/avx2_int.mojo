@@ -170,6 +170,19 @@ def _tile_int15(a: U32Ptr, bh: U32Ptr, bl: U32Ptr, p0: Int, p1: Int,
                 l[2 * i + v] += _madd(w, vl)
 
 
+def avx2_packed_words(n: Int, k: Int, int15: Bool) -> Int:
+    """32-bit words of B prepared for avx2_block: per plane round_up(n, ANR) columns."""
+    return (2 if int15 else 1) * round_up(n, ANR) * _pairs(k)
+
+
+def avx2_pack_all(b_hi: Int, b_lo: Int, n: Int, k: Int, int15: Bool, j0: Int, j1: Int, dst: U32Ptr):
+    """Columns [j0, j1) (j0 a multiple of ANR) of B into the prepared layout."""
+    var kp = _pairs(k)
+    pack_b_avx2(I8Ptr(unsafe_from_address=b_hi), k, j0, j1 - j0, dst.unsafe_offset(j0 * kp))
+    if int15:
+        pack_b_avx2(I8Ptr(unsafe_from_address=b_lo), k, j0, j1 - j0, dst.unsafe_offset(round_up(n, ANR) * kp + j0 * kp))
+
+
 def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
     """Output rows [i_lo, i_hi) x columns [j_lo, j_hi) with the vpmaddwd kernels."""
     if i_hi <= i_lo or j_hi <= j_lo:
@@ -193,9 +206,15 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
     var jc = j_lo
     while jc < j_hi:
         var nc = min(nc_max, j_hi - jc)
-        pack_b_avx2(bhp, k, jc, nc, b_h)
-        if g.int15:
-            pack_b_avx2(blp, k, jc, nc, b_l)
+        if g.bpre != 0:
+            # prepared (avx2_pack_all): the hi plane's panels, then the lo plane's
+            var pre = U32Ptr(unsafe_from_address=g.bpre)
+            b_h = pre.unsafe_offset(jc * kp)
+            b_l = pre.unsafe_offset(round_up(g.n, ANR) * kp + jc * kp)
+        else:
+            pack_b_avx2(bhp, k, jc, nc, b_h)
+            if g.int15:
+                pack_b_avx2(blp, k, jc, nc, b_l)
         var ic = i_lo
         while ic < i_hi:
             var mc = min(mc_max, i_hi - ic)

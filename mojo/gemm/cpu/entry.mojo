@@ -8,10 +8,10 @@ from common.tasks import chunk_bounds, run_tasks, nothing
 from gemm.cpu.blocking import MR, NR, MC, round_up
 from arith.tree import leaf_count, tree_add
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
-from gemm.cpu.int_gemm import IntArgs, int_block, int_ws
+from gemm.cpu.int_gemm import IntArgs, int_block, int_ws, vnni_packed_words, vnni_pack_all
 from gemm.cpu.int_rows import INT_ROWS_MAX, a_codes, int_rows
-from gemm.cpu.amx_int import amx_block, amx_ws
-from gemm.cpu.avx2_int import avx2_block, avx2_ws
+from gemm.cpu.amx_int import amx_block, amx_ws, amx_packed_words, amx_pack_all
+from gemm.cpu.avx2_int import avx2_block, avx2_ws, avx2_packed_words, avx2_pack_all
 from std.sys.info import CompilationTarget
 from gemm.cpu.pack_int import IMR, INR
 from common.ptr import U32Ptr
@@ -208,7 +208,7 @@ def gemm_int8(args: PythonObject) raises -> PythonObject:
     """Arguments: (a codes, a exps, b codes, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
     var g = IntArgs(
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 4),
-        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0,
+        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0, 0,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 8)), _arg(args, 10), _arg(args, 11)))
 
@@ -218,12 +218,83 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
     var g = IntArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9), True,
-        _arg(args, 11) != 0,
+        _arg(args, 11) != 0, 0,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 10)), _arg(args, 12), _arg(args, 13)))
+
+
+# ---------------------------------------------------------------- prepared integer weights
+def _int_packed_words(n: Int, k: Int, int15: Bool) -> Int:
+    comptime if CompilationTarget.has_intel_amx():
+        return amx_packed_words(n, k, int15)
+    elif not CompilationTarget.has_avx512f():
+        return avx2_packed_words(n, k, int15)
+    else:
+        return vnni_packed_words(n, k, int15)
+
+
+def gemm_int_pack_words(args: PythonObject) raises -> PythonObject:
+    """Arguments: (n, k, int15). The 32-bit words gemm_int_pack writes for a B of n
+    rows of k codes on this build (its integer kernel's own layout)."""
+    return PythonObject(_int_packed_words(_arg(args, 0), _arg(args, 1), _arg(args, 2) != 0))
+
+
+def gemm_int_pack(args: PythonObject) raises -> PythonObject:
+    """Arguments: (b_hi, b_lo, n, k, int15, dst, tasks). B's codes ((n, k) int8 planes;
+    b_lo unused for int8) packed once over all n into dst (gemm_int_pack_words words,
+    64-byte aligned), as the integer kernel of this build packs each column chunk."""
+    var b_hi = _arg(args, 0)
+    var b_lo = _arg(args, 1)
+    var n = _arg(args, 2)
+    var k = _arg(args, 3)
+    var int15 = _arg(args, 4) != 0
+    var dst = U32Ptr(unsafe_from_address=_arg(args, 5))
+    var units = (n + 31) // 32
+    var tasks = max(1, min(_arg(args, 6), units))
+
+    def work(t: Int) {imm b_hi, imm b_lo, imm n, imm k, imm int15, imm dst, imm tasks}:
+        var b = chunk_bounds(n, tasks, t, 32)
+        if b[1] <= b[0]:
+            return
+        comptime if CompilationTarget.has_intel_amx():
+            amx_pack_all(b_hi, b_lo, n, k, int15, b[0], b[1], dst)
+        elif not CompilationTarget.has_avx512f():
+            avx2_pack_all(b_hi, b_lo, n, k, int15, b[0], b[1], dst)
+        else:
+            vnni_pack_all(b_hi, b_lo, n, k, int15, b[0], b[1], dst)
+
+    if n > 0 and k > 0:
+        run_tasks(work, tasks)
+    return PythonObject(None)
+
+
+def gemm_int8_packed(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a codes, a exps, b codes, b exps, b packed, c, m, n, k, tasks,
+    sabotage, ws, ws bytes). As gemm_int8, B's codes also prepared by gemm_int_pack
+    (the decode rows read the codes as stored)."""
+    var g = IntArgs(
+        _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 5),
+        _arg(args, 6), _arg(args, 7), _arg(args, 8), False, _arg(args, 10) != 0, _arg(args, 4),
+    )
+    return PythonObject(_int_call(g, max(1, _arg(args, 9)), _arg(args, 11), _arg(args, 12)))
+
+
+def gemm_int15_packed(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a hi, a lo, a exps, b hi, b lo, b exps, b packed, c, m, n, k, tasks,
+    sabotage, ws, ws bytes). As gemm_int15, B's planes also prepared by gemm_int_pack."""
+    var g = IntArgs(
+        _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
+        _arg(args, 5), _arg(args, 7), _arg(args, 8), _arg(args, 9), _arg(args, 10), True,
+        _arg(args, 12) != 0, _arg(args, 6),
+    )
+    return PythonObject(_int_call(g, max(1, _arg(args, 11)), _arg(args, 13), _arg(args, 14)))
 
 
 def register_gemm(mut m: PythonModuleBuilder) raises:
     m.def_function[gemm_f32]("gemm_f32")
     m.def_function[gemm_int8]("gemm_int8")
     m.def_function[gemm_int15]("gemm_int15")
+    m.def_function[gemm_int_pack_words]("gemm_int_pack_words")
+    m.def_function[gemm_int_pack]("gemm_int_pack")
+    m.def_function[gemm_int8_packed]("gemm_int8_packed")
+    m.def_function[gemm_int15_packed]("gemm_int15_packed")

@@ -33,6 +33,7 @@ struct IntArgs(ImplicitlyCopyable, Movable):
     var k: Int
     var int15: Bool
     var sabotage: Bool
+    var bpre: Int  # 0, or B prepared over all n in this build's layout (int_pack_all)
 
 
 def nc_int(k: Int, ncols: Int) -> Int:
@@ -78,6 +79,26 @@ def _load_eb(eb: I32Ptr, j: Int, nr: Int) -> SIMD[DType.int32, IW]:
     return v
 
 
+def vnni_packed_words(n: Int, k: Int, int15: Bool) -> Int:
+    """32-bit words of B prepared for int_block: per plane round_up(n, INR) columns of
+    k-group words, then per plane round_up(n, INR) column sums."""
+    var planes = 2 if int15 else 1
+    var npad = round_up(n, INR)
+    return planes * npad * kgroups(k) + planes * npad
+
+
+def vnni_pack_all(b_hi: Int, b_lo: Int, n: Int, k: Int, int15: Bool, j0: Int, j1: Int, dst: U32Ptr):
+    """Columns [j0, j1) (j0 a multiple of INR) of B into the prepared layout."""
+    var kg = kgroups(k)
+    var npad = round_up(n, INR)
+    var planes = 2 if int15 else 1
+    var cs = dst.unsafe_offset(planes * npad * kg).unsafe_bitcast[Int32]()
+    pack_b_int(I8Ptr(unsafe_from_address=b_hi), k, j0, j1 - j0, k, dst.unsafe_offset(j0 * kg), cs.unsafe_offset(j0))
+    if int15:
+        pack_b_int(I8Ptr(unsafe_from_address=b_lo), k, j0, j1 - j0, k, dst.unsafe_offset(npad * kg + j0 * kg),
+                   cs.unsafe_offset(npad + j0))
+
+
 def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
     if i_hi <= i_lo or j_hi <= j_lo:
         return
@@ -106,9 +127,19 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
     var jc = j_lo
     while jc < j_hi:
         var nc = min(nc_max, j_hi - jc)
-        pack_b_int(bhp, k, jc, nc, k, b_h, cs_h)
-        if g.int15:
-            pack_b_int(blp, k, jc, nc, k, b_l, cs_l)
+        if g.bpre != 0:
+            # prepared (vnni_pack_all): hi panels, lo panels, hi column sums, lo sums
+            var npad = round_up(g.n, INR)
+            var pre = U32Ptr(unsafe_from_address=g.bpre)
+            var planes = 2 if g.int15 else 1
+            b_h = pre.unsafe_offset(jc * kg)
+            b_l = pre.unsafe_offset(npad * kg + jc * kg)
+            cs_h = pre.unsafe_offset(planes * npad * kg + jc).unsafe_bitcast[Int32]()
+            cs_l = pre.unsafe_offset(planes * npad * kg + npad + jc).unsafe_bitcast[Int32]()
+        else:
+            pack_b_int(bhp, k, jc, nc, k, b_h, cs_h)
+            if g.int15:
+                pack_b_int(blp, k, jc, nc, k, b_l, cs_l)
         var npan = (nc + INR - 1) // INR
         var ic = i_lo
         while ic < i_hi:

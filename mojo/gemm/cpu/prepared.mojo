@@ -55,7 +55,6 @@ def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
 def small_prepared_ws(g: GemmArgs, i_rows: Int) -> Int:
     """Workspace floats f32_small_prepared needs: A packed over all of k, and the tree
     slots of one column panel."""
-    var L = leaf_size(g.k)
     var nleaves = leaf_count(g.k)
     var mpan = (i_rows + MR - 1) // MR
     return round_up(mpan * MR * g.k, 16) + mpan * MR * NR * max(bit_length(nleaves), 1)
@@ -128,7 +127,6 @@ comptime RSLOT = RACC * W  # floats of one tree level
 def rows_prepared_ws(g: GemmArgs) -> Int:
     """Workspace floats f32_rows_prepared needs: A packed over all of k, and one tree
     slot per level for RP panels of ROWS_MAX rows."""
-    var L = leaf_size(g.k)
     var nleaves = leaf_count(g.k)
     return round_up(MR * g.k, 16) + RSLOT * max(bit_length(nleaves), 1)
 

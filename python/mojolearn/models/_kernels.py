@@ -73,13 +73,24 @@ def quantize15(x, m: int, k: int):
     return hi, lo, e
 
 
-def gemm_int15(xq, wq, out, m: int, n: int, k: int):
-    """out (m, n) = int15i64.v1 of the quantized activations xq and weights wq."""
+def prepare15(wq):
+    """The int15 codes (hi, lo, exps) of a weight prepared once for this CPU build's
+    int15i64.v1 kernel (linalg.prepare of the quantized tuple)."""
+    from .. import _prepared
+
+    return _prepared.prepare(wq)
+
+
+def gemm_int15(xq, p, out, m: int, n: int, k: int):
+    """out (m, n) = int15i64.v1 of the quantized activations xq and the weights p
+    prepared by prepare15 (the bits of the raw codes' product)."""
     if m == 0 or n == 0:
         return out
     wa, wn = _gemm._ws()
-    need = native().gemm_int15((
-        _a(xq[0]), _a(xq[1]), _a(xq[2]), _a(wq[0]), _a(wq[1]), _a(wq[2]), _a(out),
+    parts = p._int
+    hi, lo = parts["planes"]
+    need = native().gemm_int15_packed((
+        _a(xq[0]), _a(xq[1]), _a(xq[2]), hi, lo, parts["exps"], parts["packed"], _a(out),
         m, n, k, get_num_threads(), _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:

@@ -47,7 +47,8 @@ class Proj:
     """One weight matrix (out, in), possibly several stacked by rows, prepared once for
     the profile: float32 packed for this CPU build (linalg.prepare: the fp32.v1 kernel
     reads its panels, never packs per call; the same bits), bf16 bits for fp32.v1 under
-    bfloat16 storage (kept at half size), int15 codes for int15i64.v1. The weight
+    bfloat16 storage (kept at half size), int15 codes for int15i64.v1 (prepared the same
+    way for the integer kernel, with the codes kept beside them for decode rows). The weight
     format is materialized first (rule M-26), so the codes under int8 storage come
     from the int8-materialized float32 (rule M-22)."""
 
@@ -64,13 +65,11 @@ class Proj:
         elif weight_format == "int8":
             w = K.int8_roundtrip(w)
         if self.fixed15:
-            self.w = K.quantize15(w, self.n, self.k)
+            self.w = K.prepare15(K.quantize15(w, self.n, self.k))
         else:
             self.w = K.prepare_nt(w)
 
     def nbytes(self):
-        if isinstance(self.w, tuple):
-            return sum(x.nbytes for x in self.w)
         return self.w.nbytes
 
     def __call__(self, x, xq=None):
