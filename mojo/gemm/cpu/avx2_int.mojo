@@ -228,10 +228,13 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
                     if not g.int15:
                         var acc = Array[SIMD[DType.int32, AV], 2 * AMR](fill=SIMD[DType.int32, AV](0))
                         _tile_int8(ap, bph, kp, acc)
-                        for i in range(rows):
-                            var r = ic + ip + i
-                            var s = acc[2 * i].join(acc[2 * i + 1])
-                            store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
+                        # rows indexed at compile time: a run-time index into acc would keep
+                        # the accumulators in memory, stored after every vpmaddwd
+                        comptime for i in range(AMR):
+                            if i < rows:
+                                var r = ic + ip + i
+                                var s = acc[2 * i].join(acc[2 * i + 1])
+                                store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
                     else:
                         for q in range(4 * AMR15):  # the hi and lo sums: 4 * AMR15 vectors
                             s64.unsafe_store(q * AV, SIMD[DType.int64, AV](0))

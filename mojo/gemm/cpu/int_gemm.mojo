@@ -167,17 +167,22 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                             ukernel_int_2a(aph, aph.unsafe_offset(IMR * kg), bph, kg, acc, acc2)
                         else:
                             ukernel_int(aph, bph, kg, acc)
-                        for half in range(2 if two else 1):
-                            var rows = mr if half == 0 else min(IMR, mc - (ip + 1) * IMR)
-                            for i in range(rows):
-                                var r = ic + (ip + half) * IMR + i
-                                comptime for v in range(INV):
-                                    var jj = jp * INR + v * IW
-                                    if jj < nc:
-                                        var csum = cs_h.unsafe_load[width=IW](jj)
-                                        var a32 = acc[i * INV + v] if half == 0 else acc2[i * INV + v]
-                                        var f = (a32 - csum * 128).cast[DType.float32]()
-                                        store_scaled(g, f, ea.unsafe_load(r), eb, r, jc + jj, nc - jj)
+                        # rows and halves indexed at compile time: a run-time index into
+                        # acc would keep the accumulators in memory, and the kernel loop
+                        # would store them after every vpdpbusd
+                        comptime for half in range(2):
+                            if half == 0 or two:
+                                var rows = mr if half == 0 else min(IMR, mc - (ip + 1) * IMR)
+                                comptime for i in range(IMR):
+                                    if i < rows:
+                                        var r = ic + (ip + half) * IMR + i
+                                        comptime for v in range(INV):
+                                            var jj = jp * INR + v * IW
+                                            if jj < nc:
+                                                var csum = cs_h.unsafe_load[width=IW](jj)
+                                                var a32 = acc[i * INV + v] if half == 0 else acc2[i * INV + v]
+                                                var f = (a32 - csum * 128).cast[DType.float32]()
+                                                store_scaled(g, f, ea.unsafe_load(r), eb, r, jc + jj, nc - jj)
                     else:
                         # HH' and HL' (A hi offset by +128)
                         comptime for q in range(IMR * INV):
@@ -197,16 +202,17 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                             acc[q] = SIMD[DType.int32, IW](0)
                             acc2[q] = SIMD[DType.int32, IW](0)
                         ukernel_int_2b(apl, bph, bpl, kg, acc, acc2)
-                        for i in range(mr):
-                            comptime for v in range(INV):
-                                var jj = jp * INR + v * IW
-                                if jj < nc:
-                                    var ch = cs_h.unsafe_load[width=IW](jj)
-                                    var cl = cs_l.unsafe_load[width=IW](jj)
-                                    var lh = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
-                                    var ll = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
-                                    var s = join15_products[IW](hh[i * INV + v], mid[i * INV + v], lh, ll)
-                                    var f = s.cast[DType.float32]()
-                                    store_scaled(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
+                        comptime for i in range(IMR):
+                            if i < mr:
+                                comptime for v in range(INV):
+                                    var jj = jp * INR + v * IW
+                                    if jj < nc:
+                                        var ch = cs_h.unsafe_load[width=IW](jj)
+                                        var cl = cs_l.unsafe_load[width=IW](jj)
+                                        var lh = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
+                                        var ll = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
+                                        var s = join15_products[IW](hh[i * INV + v], mid[i * INV + v], lh, ll)
+                                        var f = s.cast[DType.float32]()
+                                        store_scaled(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
             ic += IMC
         jc += nc_max
