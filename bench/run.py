@@ -271,6 +271,18 @@ def main(argv=None):
         B.case(f"matmul_int15;int15i64.v1;prequantized;{s};{s};{s}", "matmul_int15", "int15i64.v1",
                (s, s, s), {"fp32.v1": fp, "mojolearn": lambda ha=ha, hw=hw: linalg.matmul_int15(ha, hw)},
                peer="fp32.v1", settle=(), flops=2 * s ** 3)
+        if linalg.backend() == "cpu":
+            # weights prepared once (linalg.prepare) on both sides: no per-call packing of B
+            pf, p8, p15 = (linalg.prepare(Wn, transpose_b=True), linalg.prepare(qw),
+                           linalg.prepare(hw))
+            fpp = lambda A=A, pf=pf: linalg.matmul(A, pf, transpose_b=True)
+            B.case(f"matmul_int8;int8i32.v1;prepared;{s};{s};{s}", "matmul_int8", "int8i32.v1",
+                   (s, s, s), {"fp32.v1": fpp, "mojolearn": lambda qa=qa, p8=p8: linalg.matmul_int8(qa, p8)},
+                   peer="fp32.v1", settle=(), flops=2 * s ** 3)
+            B.case(f"matmul_int15;int15i64.v1;prepared;{s};{s};{s}", "matmul_int15", "int15i64.v1",
+                   (s, s, s), {"fp32.v1": fpp, "mojolearn": lambda ha=ha, p15=p15: linalg.matmul_int15(ha, p15)},
+                   peer="fp32.v1", settle=(), flops=2 * s ** 3)
+            del pf, p8, p15
 
     # ------------------------------------------------ fixed15_v1 at SmolLM2-360M's products
     print("fixed15_v1 vs fp32_v1 at SmolLM2-360M's four 512-token products")
