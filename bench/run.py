@@ -31,15 +31,22 @@ sys.path.insert(0, str(ROOT / "python"))
 
 from mojolearn import _cpu  # noqa: E402  (no numpy: the peers are pinned before it loads)
 
-# The peers run at the ISA of the build being timed. On a CPU wider than the v3 (AVX2)
-# build, numpy's OpenBLAS, MKL and ATen would use their AVX-512 kernels against our AVX2
-# ones; pinned to their AVX2 kernels, the v3 rows are the ones an AVX2 machine shows.
-# Set before numpy and torch load (they read these once); recorded in the results.
-PEER_PIN_V3 = {"OPENBLAS_CORETYPE": "Haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-               "ATEN_CPU_CAPABILITY": "avx2"}
+# The peers run at the ISA of the build being timed. On a CPU wider than the build
+# (the v3 = AVX2 build on an AVX-512 box, the v4 build on an AMX box), numpy's OpenBLAS,
+# MKL, ATen and oneDNN (torch._int_mm) would use wider kernels than ours; pinned to the
+# build's ISA, the rows are the ones a machine of that ISA shows. Set before numpy and
+# torch load (they read these once); recorded in the results.
+PEER_PIN_ISA = {
+    "v3": {"OPENBLAS_CORETYPE": "Haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+           "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "v4": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},
+}
 PEER_PIN = {}
-if _cpu.choose()[0] == "v3" and _cpu.refusal("v4") is None:
-    for _k, _v in PEER_PIN_V3.items():
+_isa = _cpu.choose()[0]
+_wider = [i for i in _cpu.isa_names() if i != _isa and _cpu.refusal(i) is None
+          and _cpu.isa_names().index(i) < _cpu.isa_names().index(_isa)]
+if _wider:
+    for _k, _v in PEER_PIN_ISA.get(_isa, {}).items():
         PEER_PIN[_k] = os.environ.setdefault(_k, _v)
 
 import numpy as np  # noqa: E402
@@ -169,8 +176,8 @@ def main(argv=None):
     print(f"mojolearn bench: {box()}, isa {mojolearn.cpu_isa()}, {threads} threads, {reps} interleaved reps, "
           f"torch {'yes' if torch else 'not installed'}")
     if PEER_PIN:
-        print("  peers pinned to their AVX2 kernels (this CPU has AVX-512, the build is v3): "
-              + " ".join(f"{k}={v}" for k, v in PEER_PIN.items()))
+        print(f"  peers pinned to the {mojolearn.cpu_isa()} build's ISA (this CPU also runs "
+              f"{', '.join(_wider)}): " + " ".join(f"{k}={v}" for k, v in PEER_PIN.items()))
 
     # ------------------------------------------------ converters, 16 Mi elements
     side = 1024 if a.quick else 4096
@@ -340,8 +347,9 @@ def main(argv=None):
         "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
                      "torch": ver("torch"), "python": platform.python_version()},
         "method": f"medians of {reps} interleaved reps after one warm-up; {SETTLE}s settle after numpy/torch calls; ratio = peer time / mojolearn time (>1: mojolearn faster)",
-        "peers_pinned": ({"env": PEER_PIN, "why": "the v3 (AVX2) build on a CPU with AVX-512: numpy/torch "
-                          "pinned to their AVX2 kernels, as on an AVX2 machine"} if PEER_PIN else None),
+        "peers_pinned": ({"env": PEER_PIN, "why": f"the {isa} build on a CPU that runs a wider build "
+                          f"({', '.join(_wider)}): numpy/torch pinned to the {isa} build's ISA, as "
+                          "on a machine of that ISA"} if PEER_PIN else None),
         "cases": B.rows,
     }
     if model_over and not a.quick and not a.only:
