@@ -30,12 +30,15 @@ PACKING (every tile load is one contiguous KiB, stride 64)
     B chunk: unit-major, (unit Q, k-block kb, tile h) at word
       Q * kbn * 512 + kb * 512 + h * 256; word (group G, column c) of a tile at
       G * 16 + c holds B[j, 4G : 4G + 4] of the tile's column j.
+    A prepared B (amx_pack_all: the same unit layout over all n, made once by
+    linalg.prepare) is read in place: chunk jc starts at unit jc / 32 (int8) or
+    jc / 16 (int15).
 """
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
 from std.sys.intrinsics import prefetch, PrefetchOptions
 from std.memory import bitcast
-from common.ptr import I8Ptr, I32Ptr, U32Ptr, U8Ptr
+from common.ptr import I8Ptr, I32Ptr, U32Ptr
 from gemm.cpu.blocking import round_up
 from gemm.cpu.blocking import AMX_KB as KB  # k-bytes per tile row
 from gemm.cpu.blocking import AMX_TILE_BYTES as TILE_BYTES
