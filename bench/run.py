@@ -43,8 +43,8 @@ PEER_PIN_ISA = {
 }
 PEER_PIN = {}
 _isa = _cpu.choose()[0]
-_wider = [i for i in _cpu.isa_names() if i != _isa and _cpu.refusal(i) is None
-          and _cpu.isa_names().index(i) < _cpu.isa_names().index(_isa)]
+_names = _cpu.isa_names()  # best first
+_wider = [i for i in _names[:_names.index(_isa)] if _cpu.refusal(i) is None]
 if _wider:
     for _k, _v in PEER_PIN_ISA.get(_isa, {}).items():
         PEER_PIN[_k] = os.environ.setdefault(_k, _v)
@@ -289,7 +289,6 @@ def main(argv=None):
             B.case(f"matmul_int15;int15i64.v1;prepared;{s};{s};{s}", "matmul_int15", "int15i64.v1",
                    (s, s, s), {"fp32.v1": fpp, "mojolearn": lambda ha=ha, p15=p15: linalg.matmul_int15(ha, p15)},
                    peer="fp32.v1", settle=(), flops=2 * s ** 3)
-            del pf, p8, p15
 
     # ------------------------------------------------ fixed15_v1 at SmolLM2-360M's products
     print("fixed15_v1 vs fp32_v1 at SmolLM2-360M's four 512-token products")

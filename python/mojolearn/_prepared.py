@@ -171,32 +171,29 @@ class PreparedWeight:
                 "runs on the GPU; pass the raw weight, or mojolearn.set_device('cpu')")
 
 
-def _int_parts(p):
-    """Addresses inside a prepared integer weight's block: the packed B (the words
-    gemm_int_pack writes), then the planes as given ((n, k) int8 each) and the
-    exponents (n int32), each 64-byte aligned. {"packed", "planes": [...], "exps"}."""
-    nplanes = 1 if p.profile == INT_PROFILES[1] else 2
-    words = cpu_native().gemm_int_pack_words((p.n, p.k, int(nplanes == 2)))
-    at = p._addr
-    parts = {"packed": at, "words": int(words)}
-    at += _up(4 * int(words))
-    parts["planes"] = []
+def _int_layout(n: int, k: int, nplanes: int) -> tuple:
+    """A prepared integer weight's block: the packed B (the words gemm_int_pack writes),
+    then the planes as given ((n, k) int8 each) and the exponents (n int32), each
+    64-byte aligned. Returns (words, [plane offsets], exps offset, total 4-byte words)."""
+    words = int(cpu_native().gemm_int_pack_words((n, k, int(nplanes == 2))))
+    at = _up(4 * words)
+    planes = []
     for _ in range(nplanes):
-        parts["planes"].append(at)
-        at += _up(p.n * p.k)
-    parts["exps"] = at
-    return parts
+        planes.append(at)
+        at += _up(n * k)
+    return words, planes, at, (at + _up(4 * n)) // 4
+
+
+def _int_parts(p):
+    """Addresses inside p's block (_int_layout): {"packed", "words", "planes", "exps"}."""
+    nplanes = 1 if p.profile == INT_PROFILES[1] else 2
+    words, planes, exps, _ = _int_layout(p.n, p.k, nplanes)
+    return {"packed": p._addr, "words": words, "planes": [p._addr + o for o in planes],
+            "exps": p._addr + exps}
 
 
 def _up(nbytes: int) -> int:
     return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def _int_floats(n: int, k: int, nplanes: int) -> int:
-    """The 4-byte words of a prepared integer weight's block (see _int_parts)."""
-    words = cpu_native().gemm_int_pack_words((n, k, int(nplanes == 2)))
-    total = _up(4 * int(words)) + nplanes * _up(n * k) + _up(4 * n)
-    return total // 4
 
 
 def _prepare_int(b, transpose_b):
@@ -218,7 +215,7 @@ def _prepare_int(b, transpose_b):
     bufs = [contiguous(x, func, nm) for nm, x in named]
     isa = _cpu.cpu_isa()
     p = PreparedWeight._new((n, k), True, INT_PROFILES[nplanes], isa, build_nr(), INT_LAYOUT,
-                            _int_floats(n, k, nplanes))
+                            _int_layout(n, k, nplanes)[3])
     parts = p._int
     for src, dst in zip(bufs[:-1], parts["planes"]):
         ctypes.memmove(dst, src.addr, n * k)
