@@ -31,6 +31,15 @@ def pack_a(
         var rows = min(MR, mc - p * MR)
         if trans_a:
             # stored (k, m): for each kk the MR values are contiguous
+            if rows == MR and not a_bf16:
+                var s = F32Ptr(unsafe_from_address=src)
+                for kk in range(lk):
+                    var row = s.unsafe_offset((k0 + kk) * lda + i0 + p * MR)
+                    comptime for c in range(MR // 4):
+                        d.unsafe_store(kk * MR + 4 * c, row.unsafe_load[width=4](4 * c))
+                    comptime for c in range(4 * (MR // 4), MR):
+                        d.unsafe_store(kk * MR + c, row.unsafe_load(c))
+                continue
             for kk in range(lk):
                 var base = (k0 + kk) * lda + i0 + p * MR
                 for ii in range(rows):
@@ -38,10 +47,18 @@ def pack_a(
                 for ii in range(rows, MR):
                     d.unsafe_store(kk * MR + ii, Float32(0))
         else:
-            # stored (m, k): walk each row contiguously, write with stride MR
+            # stored (m, k): W x W blocks transposed in registers for a full panel, then
+            # the rest element by element: each row walked contiguously, written with
+            # stride MR
+            var kt = 0
+            comptime if W == 8 or W == 16:
+                if rows == MR:
+                    var r0 = i0 + p * MR
+                    kt = _pack_a_rows_t[True](src, lda, r0, k0, lk, d) if a_bf16 else _pack_a_rows_t[False](
+                        src, lda, r0, k0, lk, d)
             for ii in range(rows):
                 var base = (i0 + p * MR + ii) * lda + k0
-                for kk in range(lk):
+                for kk in range(kt, lk):
                     d.unsafe_store(kk * MR + ii, _get(src, base + kk, a_bf16))
             for ii in range(rows, MR):
                 for kk in range(lk):
@@ -79,9 +96,14 @@ def pack_b(
                     for jj in range(cols, NR):
                         d.unsafe_store(kk * NR + jj, Float32(0))
         else:
+            var kt = 0
+            comptime if W == 8 or W == 16:
+                if cols == NR:
+                    kt = _pack_cols_t[True](src, ldb, jb, 0, k, d) if b_bf16 else _pack_cols_t[False](
+                        src, ldb, jb, 0, k, d)
             for jj in range(cols):
                 var base = (jb + jj) * ldb
-                for kk in range(k):
+                for kk in range(kt, k):
                     d.unsafe_store(kk * NR + jj, _get(src, base + kk, b_bf16))
             for jj in range(cols, NR):
                 for kk in range(k):
@@ -89,35 +111,90 @@ def pack_b(
 
 
 @always_inline
-def transpose16[dt: DType](mut r: Array[SIMD[dt, 16], 16]):
-    """In-register 16x16 transpose of 32-bit lanes (float32 here, the AMX kernels'
-    4-byte k-groups in amx_int.mojo): four rounds of the perfect shuffle (row i and
-    row i+8 interleaved into rows 2i and 2i+1); each round rotates the (row, column)
-    index bits by one, so four rounds swap rows and columns."""
-    comptime for _round in range(4):
-        var t = Array[SIMD[dt, 16], 16](fill=SIMD[dt, 16](0))
-        comptime for i in range(8):
-            var z = r[i].interleave(r[i + 8])
-            t[2 * i] = z.slice[16, offset=0]()
-            t[2 * i + 1] = z.slice[16, offset=16]()
-        comptime for i in range(16):
+def transpose_sq[dt: DType, w: Int](mut r: Array[SIMD[dt, w], w]):
+    """In-register w x w transpose of 32-bit lanes (w = 4, 8 or 16): log2(w) rounds of
+    the perfect shuffle (row i and row i + w/2 interleaved into rows 2i and 2i+1);
+    each round rotates the (row, column) index bits by one, so log2(w) rounds swap
+    rows and columns."""
+    comptime assert w == 4 or w == 8 or w == 16, "transpose_sq: w must be 4, 8 or 16"
+    comptime rounds = 4 if w == 16 else (3 if w == 8 else 2)
+    comptime for _round in range(rounds):
+        var t = Array[SIMD[dt, w], w](fill=SIMD[dt, w](0))
+        comptime for i in range(w // 2):
+            var z = r[i].interleave(r[i + w // 2])
+            t[2 * i] = z.slice[w, offset=0]()
+            t[2 * i + 1] = z.slice[w, offset=w]()
+        comptime for i in range(w):
             r[i] = t[i]
 
 
-def pack_b_rows_t16(src: Int, ldb: Int, j0: Int, k0: Int, lk: Int, dst: F32Ptr):
-    """Fast path of pack_b_rows for a float32 B stored (n, k) (NT layout): one full
-    NR = 32 panel, lk a multiple of 16; 16x16 blocks transposed in registers."""
-    var s = F32Ptr(unsafe_from_address=src)
-    var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
-    comptime for h in range(NR // 16):
+@always_inline
+def transpose16[dt: DType](mut r: Array[SIMD[dt, 16], 16]):
+    """transpose_sq for 16 lanes (float32 here, the AMX kernels' 4-byte k-groups in
+    amx_int.mojo)."""
+    transpose_sq[dt, 16](r)
+
+
+@always_inline
+def _load_w[bf16: Bool](src: Int, idx: Int) -> SIMD[DType.float32, W]:
+    """W consecutive operand values from element idx, float32 (bf16 widened exactly)."""
+    comptime if bf16:
+        return widen[W](U16Ptr(unsafe_from_address=src).unsafe_load[width=W](idx))
+    else:
+        return F32Ptr(unsafe_from_address=src).unsafe_load[width=W](idx)
+
+
+@always_inline
+def _store_first[n: Int](d: F32Ptr, v: SIMD[DType.float32, W]):
+    """Lanes [0, n) of v to d[0:n] (n <= W), in pieces of 8, 4, 2 and 1 lanes."""
+    comptime assert n <= W, "_store_first: more lanes than the vector has"
+    comptime n8 = (n // 8) * 8 if W >= 8 else 0
+    comptime for c in range(n8 // 8):
+        d.unsafe_store(8 * c, v.slice[8, offset=8 * c]())
+    comptime n4 = n8 + ((n - n8) // 4) * 4
+    comptime if n4 > n8:
+        d.unsafe_store(n8, v.slice[4, offset=n8]())
+    comptime n2 = n4 + ((n - n4) // 2) * 2
+    comptime if n2 > n4:
+        d.unsafe_store(n4, v.slice[2, offset=n4]())
+    comptime if n > n2:
+        d.unsafe_store(n2, v[n2])
+
+
+def _pack_a_rows_t[bf16: Bool](src: Int, lda: Int, r0: Int, k0: Int, lk: Int, d: F32Ptr) -> Int:
+    """Fast path of pack_a for A stored (m, k): one full MR-row panel (rows r0..r0+MR)
+    for kk in [0, lk - lk % W), W x W blocks transposed in registers (rows MR..W of the
+    block are zero and never stored). Returns the kk where the scalar tail starts."""
+    var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
+    var kk = 0
+    while kk + W <= lk:
+        comptime for r in range(MR):
+            blk[r] = _load_w[bf16](src, (r0 + r) * lda + k0 + kk)
+        comptime for r in range(MR, W):
+            blk[r] = SIMD[DType.float32, W](0)
+        transpose_sq(blk)
+        comptime for r in range(W):
+            _store_first[MR](d.unsafe_offset((kk + r) * MR), blk[r])
+        kk += W
+    return kk
+
+
+def _pack_cols_t[bf16: Bool](src: Int, ldb: Int, j0: Int, k0: Int, lk: Int, dst: F32Ptr) -> Int:
+    """Fast path for a B stored (n, k) (NT layout): one full NR-column panel (stored
+    rows j0..j0+NR) for kk in [0, lk - lk % W), NR values per kk at dst + kk * NR; W x W
+    blocks transposed in registers. Returns the kk where the scalar tail starts."""
+    var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
+    var kend = lk - lk % W
+    comptime for h in range(NR // W):
         var kk = 0
-        while kk < lk:
-            comptime for r in range(16):
-                blk[r] = s.unsafe_load[width=16]((j0 + h * 16 + r) * ldb + k0 + kk)
-            transpose16(blk)
-            comptime for r in range(16):
-                dst.unsafe_store((kk + r) * NR + h * 16, blk[r])
-            kk += 16
+        while kk < kend:
+            comptime for r in range(W):
+                blk[r] = _load_w[bf16](src, (j0 + h * W + r) * ldb + k0 + kk)
+            transpose_sq(blk)
+            comptime for r in range(W):
+                dst.unsafe_store((kk + r) * NR + h * W, blk[r])
+            kk += W
+    return kend
 
 
 @always_inline
@@ -154,10 +231,11 @@ def pack_b_rows(
         var d = dst.unsafe_offset(p * ps)
         var cols = min(NR, nc - p * NR)
         var jb = j0 + p * NR
-        comptime if W == 16 and NR % 16 == 0:
-            if trans_b and not b_bf16 and cols == NR and lk % 16 == 0:
-                pack_b_rows_t16(src, ldb, jb, k0, lk, d)
-                continue
+        var kt = 0
+        comptime if W == 8 or W == 16:
+            if trans_b and cols == NR:
+                kt = _pack_cols_t[True](src, ldb, jb, k0, lk, d) if b_bf16 else _pack_cols_t[False](
+                    src, ldb, jb, k0, lk, d)
         if not trans_b:
             for kk in range(lk):
                 var base = (k0 + kk) * ldb + jb
@@ -168,7 +246,7 @@ def pack_b_rows(
         else:
             for jj in range(cols):
                 var base = (jb + jj) * ldb + k0
-                for kk in range(lk):
+                for kk in range(kt, lk):
                     d.unsafe_store(kk * NR + jj, _get(src, base + kk, b_bf16))
             for jj in range(cols, NR):
                 for kk in range(lk):
@@ -187,8 +265,4 @@ def pack_b_all(
     for q in range(p_lo, p_hi):
         var d = dst.unsafe_offset(q * NR * k)
         var cols = min(NR, n - q * NR)
-        comptime if W == 16 and NR % 16 == 0:
-            if trans_b and not b_bf16 and cols == NR and k % 16 == 0:
-                pack_b_rows_t16(src, ldb, q * NR, 0, k, d)
-                continue
         pack_b(src, b_bf16, trans_b, ldb, q * NR, cols, k, d)
