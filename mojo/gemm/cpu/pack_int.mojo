@@ -12,8 +12,10 @@ The +128 offset is removed exactly afterwards with 128 * colsum(B[j, :]), which 
 B packing also returns. Wrapping int32 arithmetic keeps every true sum exact: all
 true sums lie inside the int32 range by the domain rules L-7 / W-4.
 """
+from std.collections import Array
 from common.ptr import I8Ptr, I32Ptr, U32Ptr
-from gemm.cpu.blocking import round_up, IMR, INR
+from gemm.cpu.blocking import round_up, IMR, INR, IW
+from gemm.cpu.pack_f32 import transpose_sq
 
 
 @always_inline
@@ -36,6 +38,33 @@ def _word(src: I8Ptr, row: Int, ld: Int, g: Int, k: Int, xor: UInt32) -> UInt32:
     return w ^ xor
 
 
+@always_inline
+def _store_words[n: Int](d: U32Ptr, v: SIMD[DType.uint32, IW]):
+    """Lanes [0, n) of v to d[0:n] (n <= IW), in pieces of 8, 4, 2 and 1 lanes."""
+    comptime assert n <= IW, "_store_words: more lanes than the vector has"
+    comptime n8 = (n // 8) * 8
+    comptime for c in range(n8 // 8):
+        d.unsafe_store(8 * c, v.slice[8, offset=8 * c]())
+    comptime n4 = n8 + ((n - n8) // 4) * 4
+    comptime if n4 > n8:
+        d.unsafe_store(n8, v.slice[4, offset=n8]())
+    comptime n2 = n4 + ((n - n4) // 2) * 2
+    comptime if n2 > n4:
+        d.unsafe_store(n4, v.slice[2, offset=n4]())
+    comptime if n > n2:
+        d.unsafe_store(n2, v[n2])
+
+
+@always_inline
+def _byte_sums(w: SIMD[DType.uint32, IW]) -> SIMD[DType.int32, IW]:
+    """Per lane, the sum of its 4 bytes read as signed int8 codes (exact)."""
+    var x = w.cast[DType.int32]()
+    var s = (x << 24) >> 24
+    comptime for q in range(1, 4):
+        s += (x << SIMD[DType.int32, IW](24 - 8 * q)) >> 24
+    return s
+
+
 def pack_a_int(src: I8Ptr, ld: Int, i0: Int, mc: Int, k: Int, offset: Bool, dst: U32Ptr):
     """Rows [i0, i0+mc) over all of k into IMR-row panels (rows past mc are code 0)."""
     var kg = kgroups(k)
@@ -44,8 +73,23 @@ def pack_a_int(src: I8Ptr, ld: Int, i0: Int, mc: Int, k: Int, offset: Bool, dst:
     for p in range(panels):
         var d = dst.unsafe_offset(p * IMR * kg)
         var rows = min(IMR, mc - p * IMR)
+        var g0 = 0
+        if rows == IMR:
+            # whole k-groups, 16 at a time: 16 x 16 words transposed in registers
+            # (rows IMR..16 of the block zero, never stored)
+            var blk = Array[SIMD[DType.uint32, IW], IW](fill=SIMD[DType.uint32, IW](0))
+            var gfull = (k // 4) // IW * IW
+            while g0 < gfull:
+                comptime for r in range(IMR):
+                    blk[r] = src.unsafe_offset((i0 + p * IMR + r) * ld + 4 * g0).unsafe_bitcast[UInt32]().unsafe_load[width=IW](0)
+                comptime for r in range(IMR, IW):
+                    blk[r] = SIMD[DType.uint32, IW](0)
+                transpose_sq[DType.uint32, IW](blk)
+                comptime for r in range(IW):
+                    _store_words[IMR](d.unsafe_offset((g0 + r) * IMR), blk[r] ^ xor)
+                g0 += IW
         for ii in range(rows):
-            for g in range(kg):
+            for g in range(g0, kg):
                 d.unsafe_store(g * IMR + ii, _word(src, i0 + p * IMR + ii, ld, g, k, xor))
         for ii in range(rows, IMR):
             for g in range(kg):
@@ -60,13 +104,32 @@ def pack_b_int(src: I8Ptr, ld: Int, j0: Int, nc: Int, k: Int, dst: U32Ptr, colsu
     for p in range(panels):
         var d = dst.unsafe_offset(p * INR * kg)
         var cols = min(INR, nc - p * INR)
+        var g0 = 0
+        if cols == INR:
+            # whole k-groups, 16 at a time: 16 columns x 16 words transposed in
+            # registers; the column sums of those groups summed from the same words
+            var blk = Array[SIMD[DType.uint32, IW], IW](fill=SIMD[DType.uint32, IW](0))
+            var gfull = (k // 4) // IW * IW
+            comptime for h in range(INR // IW):
+                var cs = SIMD[DType.int32, IW](0)
+                var g = 0
+                while g < gfull:
+                    comptime for r in range(IW):
+                        blk[r] = src.unsafe_offset((j0 + p * INR + h * IW + r) * ld + 4 * g).unsafe_bitcast[UInt32]().unsafe_load[width=IW](0)
+                    transpose_sq[DType.uint32, IW](blk)
+                    comptime for r in range(IW):
+                        d.unsafe_store((g + r) * INR + h * IW, blk[r])
+                        cs += _byte_sums(blk[r])
+                    g += IW
+                colsum.unsafe_store(p * INR + h * IW, cs)
+            g0 = gfull
         for jj in range(cols):
             var j = j0 + p * INR + jj
-            for g in range(kg):
+            for g in range(g0, kg):
                 d.unsafe_store(g * INR + jj, _word(src, j, ld, g, k, 0))
-            var s: Int32 = 0
+            var s: Int32 = colsum.unsafe_load(p * INR + jj) if g0 > 0 else 0
             var row = src.unsafe_offset(j * ld)
-            for kk in range(k):
+            for kk in range(4 * g0, k):
                 s += Int32(row.unsafe_load(kk))
             colsum.unsafe_store(p * INR + jj, s)
         for jj in range(cols, INR):
