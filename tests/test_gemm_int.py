@@ -430,7 +430,8 @@ def test_tile_unit_edges(profile):
 def test_packing_block_edges(profile, m, k, n):
     """L-5 / W-3: at k = 16384 the AMX kernels pack A in blocks of 64 rows (int8; 32 for
     int15, whose units carry both planes) and B in chunks of 256 columns (128 for
-    int15): 1 MiB / 4 MiB; m = 65 and n = 257 cross both."""
+    int15): 1 MiB / 4 MiB; m = 65 and n = 257 cross both. The AVX-512 VNNI kernels'
+    A blocks are 48 rows there (imc_for: INT_A_BLOCK_BYTES of k-group words)."""
     fn, ora, _ = PROFILES[profile]
     a = (RNG.standard_normal((m, k)) * 2.0 ** RNG.integers(-3, 3, size=(m, 1))).astype(F32)
     b = (RNG.standard_normal((n, k)) * 2.0 ** RNG.integers(-3, 3, size=(n, 1))).astype(F32)

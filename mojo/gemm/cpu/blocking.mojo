@@ -18,7 +18,8 @@ fp32.v1 / bf16f32.v1 (fp32_v1.mojo, ukernel_f32.mojo, pack_f32.mojo)
 rows_f32.mojo (m <= ROWS_MAX, decode shapes)
     TCHUNK  NT columns transposed per chunk (NTG groups of 16); PF_ROWS rows prefetched
 integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
-    IMR x INR the register tile (INV vectors of IW int32 lanes), IMC rows per A block,
+    IMR x INR the register tile (INV vectors of IW int32 lanes), at most IMC rows per A
+            block and within INT_A_BLOCK_BYTES (the block stays in L2 while B streams past),
     INT_PACK_B_BYTES for the packed B chunk
 int_rows.mojo: INT_ROWS_MAX rows, LW int32 lanes a step
 avx2_int.mojo (v3): AVX2_MR (AVX2_MR15 for int15) x AVX2_NR tile of AVX2_V lanes, blocks
@@ -50,7 +51,8 @@ comptime IMR = 6
 comptime INR = 32
 comptime IW = 16
 comptime INV = INR // IW
-comptime IMC = 8 * IMR
+comptime IMC = 64 * IMR
+comptime INT_A_BLOCK_BYTES = 768 * 1024
 comptime INT_PACK_B_BYTES = 8 * 1024 * 1024
 comptime INT_ROWS_MAX = 4
 comptime LW = 16
@@ -107,5 +109,6 @@ def block_table() -> List[Tuple[String, Int]]:
         t.append(("AVX2_B_CHUNK_BYTES", AVX2_B_CHUNK_BYTES))
     else:
         t.append(("IMC", IMC))
+        t.append(("INT_A_BLOCK_BYTES", INT_A_BLOCK_BYTES))
         t.append(("INT_PACK_B_BYTES", INT_PACK_B_BYTES))
     return t^

@@ -11,7 +11,7 @@ Output: ftz(f32(S) * pow2f(ea[i] + eb[j])), f32 rounding to nearest even.
 """
 from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr, U32Ptr
-from gemm.cpu.blocking import round_up, IMC, INT_PACK_B_BYTES
+from gemm.cpu.blocking import round_up, IMC, INT_A_BLOCK_BYTES, INT_PACK_B_BYTES
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
 from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2a, ukernel_int_2b
 from arith.fp import pow2f_w
@@ -43,12 +43,19 @@ def nc_int(k: Int, ncols: Int) -> Int:
     return min(nc, round_up(ncols, INR))
 
 
+def imc_for(k: Int) -> Int:
+    """Rows of A per block: a multiple of 2 * IMR (the kernel pairs row panels), at
+    most IMC, the packed block within INT_A_BLOCK_BYTES."""
+    var mc = (INT_A_BLOCK_BYTES // (kgroups(k) * 4)) // (2 * IMR) * (2 * IMR)
+    return max(2 * IMR, min(IMC, mc))
+
+
 def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
     """Workspace (32-bit words) for one task's block."""
     var kg = kgroups(g.k)
     var planes = 2 if g.int15 else 1
     var nc = nc_int(g.k, cols)
-    var mc = round_up(min(IMC, rows), IMR)
+    var mc = round_up(min(imc_for(g.k), rows), IMR)
     return planes * (round_up(nc * kg, 16) + round_up(nc, 16) + round_up(mc * kg, 16))
 
 
@@ -105,7 +112,8 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
     var k = g.k
     var kg = kgroups(k)
     var nc_max = nc_int(k, j_hi - j_lo)
-    var mc_pad = round_up(min(IMC, i_hi - i_lo), IMR)
+    var imc = imc_for(k)
+    var mc_pad = round_up(min(imc, i_hi - i_lo), IMR)
     var bsz = round_up(nc_max * kg, 16)
     var csz = round_up(nc_max, 16)
     var asz = round_up(mc_pad * kg, 16)
@@ -143,7 +151,7 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
         var npan = (nc + INR - 1) // INR
         var ic = i_lo
         while ic < i_hi:
-            var mc = min(IMC, i_hi - ic)
+            var mc = min(imc, i_hi - ic)
             var mpan = (mc + IMR - 1) // IMR
             pack_a_int(ahp, k, ic, mc, k, True, a_h)
             if g.int15:
@@ -214,5 +222,5 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                                         var s = join15_products[IW](hh[i * INV + v], mid[i * INV + v], lh, ll)
                                         var f = s.cast[DType.float32]()
                                         store_scaled(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
-            ic += IMC
+            ic += imc
         jc += nc_max
