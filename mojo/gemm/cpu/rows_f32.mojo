@@ -14,7 +14,7 @@ from arith.fp import ftz
 from arith.bf16 import widen
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
 from gemm.cpu.fp32_v1 import GemmArgs
-from gemm.cpu.pack_f32 import transpose16
+from gemm.cpu.pack_f32 import transpose16, transpose_sq
 from std.collections import Array
 from std.sys.intrinsics import prefetch
 
@@ -74,23 +74,24 @@ def split_point(nleaves: Int) -> Int:
 
 def _transpose_chunk(g: GemmArgs, j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Ptr, ld: Int):
     """dst[kk][j] = B_stored[j0 + j, k0 + kk] for the NT layout (B stored (n, k)):
-    16 x 16 blocks transposed in registers where they fit, scalar elsewhere."""
+    W x W blocks transposed in registers where they fit (W = 8 or 16), scalar
+    elsewhere."""
     var s = F32Ptr(unsafe_from_address=g.b)
-    var jfull = nc // 16 * 16
-    var kfull = lk // 16 * 16
-    comptime if W == 16:
-        var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
+    var jfull = nc // W * W
+    var kfull = lk // W * W
+    comptime if W == 8 or W == 16:
+        var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
         var jb = 0
         while jb < jfull:
             var kb = 0
             while kb < kfull:
-                comptime for r in range(16):
-                    blk[r] = s.unsafe_load[width=16]((j0 + jb + r) * g.k + k0 + kb)
-                transpose16(blk)
-                comptime for r in range(16):
+                comptime for r in range(W):
+                    blk[r] = s.unsafe_load[width=W]((j0 + jb + r) * g.k + k0 + kb)
+                transpose_sq[DType.float32, W](blk)
+                comptime for r in range(W):
                     dst.unsafe_store((kb + r) * ld + jb, blk[r])
-                kb += 16
-            jb += 16
+                kb += W
+            jb += W
     else:
         jfull = 0
         kfull = 0
