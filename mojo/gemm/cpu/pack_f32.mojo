@@ -112,27 +112,57 @@ def pack_b(
 
 @always_inline
 def transpose_sq[dt: DType, w: Int](mut r: Array[SIMD[dt, w], w]):
-    """In-register w x w transpose of 32-bit lanes (w = 4, 8 or 16): log2(w) rounds of
-    the perfect shuffle (row i and row i + w/2 interleaved into rows 2i and 2i+1);
-    each round rotates the (row, column) index bits by one, so log2(w) rounds swap
-    rows and columns."""
+    """In-register w x w transpose of 32-bit lanes (w = 4, 8 or 16). w = 16: the
+    four-stage unpack / 128-bit-lane shuffle form (transpose16); w = 4 or 8: log2(w)
+    rounds of the perfect shuffle (row i and row i + w/2 interleaved into rows 2i and
+    2i+1; each round rotates the (row, column) index bits by one)."""
     comptime assert w == 4 or w == 8 or w == 16, "transpose_sq: w must be 4, 8 or 16"
-    comptime rounds = 4 if w == 16 else (3 if w == 8 else 2)
-    comptime for _round in range(rounds):
-        var t = Array[SIMD[dt, w], w](fill=SIMD[dt, w](0))
-        comptime for i in range(w // 2):
-            var z = r[i].interleave(r[i + w // 2])
-            t[2 * i] = z.slice[w, offset=0]()
-            t[2 * i + 1] = z.slice[w, offset=w]()
-        comptime for i in range(w):
-            r[i] = t[i]
+    comptime if w == 16:
+        transpose16(rebind[Array[SIMD[dt, 16], 16]](r))
+    else:
+        comptime rounds = 3 if w == 8 else 2
+        comptime for _round in range(rounds):
+            var t = Array[SIMD[dt, w], w](fill=SIMD[dt, w](0))
+            comptime for i in range(w // 2):
+                var z = r[i].interleave(r[i + w // 2])
+                t[2 * i] = z.slice[w, offset=0]()
+                t[2 * i + 1] = z.slice[w, offset=w]()
+            comptime for i in range(w):
+                r[i] = t[i]
 
 
 @always_inline
 def transpose16[dt: DType](mut r: Array[SIMD[dt, 16], 16]):
-    """transpose_sq for 16 lanes (float32 here, the AMX kernels' 4-byte k-groups in
-    amx_int.mojo)."""
-    transpose_sq[dt, 16](r)
+    """In-register 16 x 16 transpose of 32-bit lanes (float32, or the AMX and VNNI
+    kernels' 4-byte k-groups), in four stages of two-input shuffles that keep every
+    input register (unpacklo/hi of 32-bit then 64-bit pairs within 128-bit lanes, then
+    two rounds of 128-bit-lane shuffles): 16 live rows and one temporary, so a caller's
+    accumulators stay in registers beside it. Stages 1-2 transpose the 4 x 4 blocks of
+    each group of 4 rows; 3-4 transpose the 4 x 4 grid of 128-bit blocks."""
+    var t = Array[SIMD[dt, 16], 16](fill=SIMD[dt, 16](0))
+    # 1: 32-bit pairs of rows (2i, 2i+1), per 128-bit lane
+    comptime for i in range(8):
+        t[2 * i] = r[2 * i].shuffle[0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29](r[2 * i + 1])
+        t[2 * i + 1] = r[2 * i].shuffle[2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31](r[2 * i + 1])
+    # 2: 64-bit pairs; u[4g + c] lane L = rows 4g..4g+3 of column 4L + c
+    comptime for g in range(4):
+        comptime for h in range(2):
+            var a = t[4 * g + h]
+            var b = t[4 * g + 2 + h]
+            r[4 * g + 2 * h] = a.shuffle[0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29](b)
+            r[4 * g + 2 * h + 1] = a.shuffle[2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31](b)
+    # 3: 128-bit lanes (0, 2) and (1, 3) of row groups (0, 1) and (2, 3)
+    comptime for c in range(4):
+        t[c] = r[c].shuffle[0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27](r[4 + c])
+        t[4 + c] = r[c].shuffle[4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31](r[4 + c])
+        t[8 + c] = r[8 + c].shuffle[0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27](r[12 + c])
+        t[12 + c] = r[8 + c].shuffle[4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31](r[12 + c])
+    # 4: column 4L + c gathers lane L of the four row groups
+    comptime for c in range(4):
+        r[c] = t[c].shuffle[0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27](t[8 + c])
+        r[8 + c] = t[c].shuffle[4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31](t[8 + c])
+        r[4 + c] = t[4 + c].shuffle[0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27](t[12 + c])
+        r[12 + c] = t[4 + c].shuffle[4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31](t[12 + c])
 
 
 @always_inline
