@@ -112,15 +112,17 @@ def pack_b(
 
 @always_inline
 def transpose_sq[dt: DType, w: Int](mut r: Array[SIMD[dt, w], w]):
-    """In-register w x w transpose of 32-bit lanes (w = 4, 8 or 16). w = 16: the
-    four-stage unpack / 128-bit-lane shuffle form (transpose16); w = 4 or 8: log2(w)
-    rounds of the perfect shuffle (row i and row i + w/2 interleaved into rows 2i and
-    2i+1; each round rotates the (row, column) index bits by one)."""
+    """In-register w x w transpose of 32-bit lanes (w = 4, 8 or 16). w = 16 and 8: the
+    unpack / 128-bit-lane shuffle forms (transpose16, transpose8); w = 4: two rounds of
+    the perfect shuffle (row i and row i + 2 interleaved into rows 2i and 2i+1; each
+    round rotates the (row, column) index bits by one)."""
     comptime assert w == 4 or w == 8 or w == 16, "transpose_sq: w must be 4, 8 or 16"
     comptime if w == 16:
         transpose16(rebind[Array[SIMD[dt, 16], 16]](r))
+    elif w == 8:
+        transpose8(rebind[Array[SIMD[dt, 8], 8]](r))
     else:
-        comptime rounds = 3 if w == 8 else 2
+        comptime rounds = 2
         comptime for _round in range(rounds):
             var t = Array[SIMD[dt, w], w](fill=SIMD[dt, w](0))
             comptime for i in range(w // 2):
@@ -129,6 +131,29 @@ def transpose_sq[dt: DType, w: Int](mut r: Array[SIMD[dt, w], w]):
                 t[2 * i + 1] = z.slice[w, offset=w]()
             comptime for i in range(w):
                 r[i] = t[i]
+
+
+@always_inline
+def transpose8[dt: DType](mut r: Array[SIMD[dt, 8], 8]):
+    """In-register 8 x 8 transpose of 32-bit lanes (AVX2): unpacklo/hi of 32-bit then
+    64-bit pairs within 128-bit lanes (the 4 x 4 blocks of rows 0-3 and 4-7), then the
+    two 128-bit halves exchanged; two-input shuffles that keep their inputs."""
+    var t = Array[SIMD[dt, 8], 8](fill=SIMD[dt, 8](0))
+    comptime for i in range(4):
+        t[2 * i] = r[2 * i].shuffle[0, 8, 1, 9, 4, 12, 5, 13](r[2 * i + 1])
+        t[2 * i + 1] = r[2 * i].shuffle[2, 10, 3, 11, 6, 14, 7, 15](r[2 * i + 1])
+    # u[4g + c] lane L (4 values) = rows 4g..4g+3 of column 4L + c
+    comptime for g in range(2):
+        comptime for h in range(2):
+            var a = t[4 * g + h]
+            var b = t[4 * g + 2 + h]
+            r[4 * g + 2 * h] = a.shuffle[0, 1, 8, 9, 4, 5, 12, 13](b)
+            r[4 * g + 2 * h + 1] = a.shuffle[2, 3, 10, 11, 6, 7, 14, 15](b)
+    comptime for c in range(4):
+        t[c] = r[c].shuffle[0, 1, 2, 3, 8, 9, 10, 11](r[4 + c])
+        t[4 + c] = r[c].shuffle[4, 5, 6, 7, 12, 13, 14, 15](r[4 + c])
+    comptime for i in range(8):
+        r[i] = t[i]
 
 
 @always_inline

@@ -9,7 +9,7 @@ layout each leaf's B block is transposed in chunks of TCHUNK columns first. The
 per-output leaf accumulators live in a small L1 buffer instead of registers.
 """
 from common.ptr import F32Ptr, U16Ptr
-from gemm.cpu.blocking import W, round_up, ROWS_MAX, PF_ROWS, NTG, TCHUNK
+from gemm.cpu.blocking import W, round_up, ROWS_MAX, PF_ROWS, TCHUNK
 from arith.fp import ftz
 from arith.bf16 import widen
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
@@ -101,37 +101,42 @@ def _transpose_chunk(g: GemmArgs, j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Pt
             dst.unsafe_store(kk * ld + j, s.unsafe_load((j0 + j) * g.k + k0 + kk))
 
 
+comptime NTGW = TCHUNK // W  # column groups of W lanes in one NT chunk
+
+
 def _leaf_nt_fused[R: Int](
     g: GemmArgs, i_lo: Int, jcol: Int, k0: Int, lk: Int, acc_out: F32Ptr, stride: Int
 ):
-    """NT layout, 64 columns [jcol, jcol + 64), one leaf with lk % 16 == 0: 16 x 16
+    """NT layout, TCHUNK columns [jcol, jcol + TCHUNK), one leaf with lk % W == 0: W x W
     blocks of the stored B are transposed in registers and fed straight into the
-    chains (kk ascending per output), four column groups interleaved so four
+    chains (kk ascending per output), the NTGW column groups interleaved so that many
     independent chains hide the FMA latency. acc_out[i * stride + c] gets the leaf
-    value of column jcol + c (not yet flushed)."""
+    value of column jcol + c (not yet flushed). W = 16: up to 4 rows; W = 8 (16
+    registers): 1 row."""
     var s = F32Ptr(unsafe_from_address=g.b)
-    var acc = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
-    var blk = Array[SIMD[DType.float32, 16], 16](fill=SIMD[DType.float32, 16](0))
-    var avec = Array[SIMD[DType.float32, 16], 4](fill=SIMD[DType.float32, 16](0))
+    var acc = Array[SIMD[DType.float32, W], ROWS_MAX * NTGW](fill=SIMD[DType.float32, W](0))
+    var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
+    var avec = Array[SIMD[DType.float32, W], ROWS_MAX](fill=SIMD[DType.float32, W](0))
     var ap = F32Ptr(unsafe_from_address=g.a)
     var kb = 0
     while kb < lk:
-        # this block's 16 values of each A row, read once (the chains use them in order)
+        # this block's W values of each A row, read once (the chains use them in order)
         comptime for i in range(R):
             # the NT layout excludes transpose_a, and a bf16 a comes only with a bf16 b,
             # which never takes this path: a is a float32 (m, k) row here
-            avec[i] = ap.unsafe_load[width=16]((i_lo + i) * g.k + k0 + kb)
-        comptime for gb in range(NTG):
-            comptime for r in range(16):
-                blk[r] = s.unsafe_load[width=16]((jcol + gb * 16 + r) * g.k + k0 + kb)
-            transpose16(blk)
-            comptime for t in range(16):
+            avec[i] = ap.unsafe_load[width=W]((i_lo + i) * g.k + k0 + kb)
+        comptime for gb in range(NTGW):
+            comptime for r in range(W):
+                blk[r] = s.unsafe_load[width=W]((jcol + gb * W + r) * g.k + k0 + kb)
+            transpose_sq[DType.float32, W](blk)
+            comptime for t in range(W):
                 comptime for i in range(R):
-                    acc[i * 4 + gb] = chain_step_daz[16](SIMD[DType.float32, 16](avec[i][t]), blk[t], acc[i * 4 + gb])
-        kb += 16
+                    acc[i * NTGW + gb] = chain_step_daz[W](
+                        SIMD[DType.float32, W](avec[i][t]), blk[t], acc[i * NTGW + gb])
+        kb += W
     comptime for i in range(R):
-        comptime for gb in range(NTG):
-            acc_out.unsafe_store(i * stride + gb * 16, acc[i * 4 + gb])
+        comptime for gb in range(NTGW):
+            acc_out.unsafe_store(i * stride + gb * W, acc[i * NTGW + gb])
 
 
 @always_inline
@@ -199,16 +204,18 @@ def f32_rows(
                 for q in range(jc, min(jc + round_up(ncc, 16), stride)):
                     acc.unsafe_store(i * stride + q, Float32(0))
             var ac = acc.unsafe_offset(jc)
-            comptime if W == 16 and TCHUNK == 16 * NTG:
-                if g.trans_b and ncc == TCHUNK and lk % 16 == 0:
+            comptime if (W == 16 or W == 8) and TCHUNK % W == 0:
+                if g.trans_b and ncc == TCHUNK and lk % W == 0 and (W == 16 or rows == 1):
                     if rows == 1:
                         _leaf_nt_fused[1](g, i_lo, j_lo + jc, k0, lk, ac, stride)
-                    elif rows == 2:
-                        _leaf_nt_fused[2](g, i_lo, j_lo + jc, k0, lk, ac, stride)
-                    elif rows == 3:
-                        _leaf_nt_fused[3](g, i_lo, j_lo + jc, k0, lk, ac, stride)
                     else:
-                        _leaf_nt_fused[4](g, i_lo, j_lo + jc, k0, lk, ac, stride)
+                        comptime if W == 16:
+                            if rows == 2:
+                                _leaf_nt_fused[2](g, i_lo, j_lo + jc, k0, lk, ac, stride)
+                            elif rows == 3:
+                                _leaf_nt_fused[3](g, i_lo, j_lo + jc, k0, lk, ac, stride)
+                            else:
+                                _leaf_nt_fused[4](g, i_lo, j_lo + jc, k0, lk, ac, stride)
                     _merge_chunk(acc, slots, dst, ldo, rows, stride, per, jc, jend, p, nleaves, levels)
                     continue
             # NN: B rows straight from the caller; NT: this leaf of the chunk, transposed
