@@ -200,10 +200,11 @@ def _load_w[bf16: Bool](src: Int, idx: Int) -> SIMD[DType.float32, W]:
 
 
 @always_inline
-def _store_first[n: Int](d: F32Ptr, v: SIMD[DType.float32, W]):
-    """Lanes [0, n) of v to d[0:n] (n <= W), in pieces of 8, 4, 2 and 1 lanes."""
-    comptime assert n <= W, "_store_first: more lanes than the vector has"
-    comptime n8 = (n // 8) * 8 if W >= 8 else 0
+def store_first[n: Int, dt: DType, w: Int](d: Pointer[Scalar[dt], MutAnyOrigin], v: SIMD[dt, w]):
+    """Lanes [0, n) of v to d[0:n] (n <= w), in pieces of 8, 4, 2 and 1 lanes: a panel
+    row narrower than a vector (MR floats of A, IMR words of the integer A)."""
+    comptime assert n <= w, "store_first: more lanes than the vector has"
+    comptime n8 = (n // 8) * 8 if w >= 8 else 0
     comptime for c in range(n8 // 8):
         d.unsafe_store(8 * c, v.slice[8, offset=8 * c]())
     comptime n4 = n8 + ((n - n8) // 4) * 4
@@ -229,7 +230,7 @@ def _pack_a_rows_t[bf16: Bool](src: Int, lda: Int, r0: Int, k0: Int, lk: Int, d:
             blk[r] = SIMD[DType.float32, W](0)
         transpose_sq(blk)
         comptime for r in range(W):
-            _store_first[MR](d.unsafe_offset((kk + r) * MR), blk[r])
+            store_first[MR, DType.float32, W](d.unsafe_offset((kk + r) * MR), blk[r])
         kk += W
     return kk
 

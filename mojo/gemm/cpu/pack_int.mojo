@@ -15,7 +15,7 @@ true sums lie inside the int32 range by the domain rules L-7 / W-4.
 from std.collections import Array
 from common.ptr import I8Ptr, I32Ptr, U32Ptr
 from gemm.cpu.blocking import round_up, IMR, INR, IW
-from gemm.cpu.pack_f32 import transpose_sq
+from gemm.cpu.pack_f32 import transpose_sq, store_first
 
 
 @always_inline
@@ -36,23 +36,6 @@ def _word(src: I8Ptr, row: Int, ld: Int, g: Int, k: Int, xor: UInt32) -> UInt32:
         for q in range(k - 4 * g, 4):
             w |= (UInt32(0x80) & xor) << UInt32(8 * q)
     return w ^ xor
-
-
-@always_inline
-def _store_words[n: Int](d: U32Ptr, v: SIMD[DType.uint32, IW]):
-    """Lanes [0, n) of v to d[0:n] (n <= IW), in pieces of 8, 4, 2 and 1 lanes."""
-    comptime assert n <= IW, "_store_words: more lanes than the vector has"
-    comptime n8 = (n // 8) * 8
-    comptime for c in range(n8 // 8):
-        d.unsafe_store(8 * c, v.slice[8, offset=8 * c]())
-    comptime n4 = n8 + ((n - n8) // 4) * 4
-    comptime if n4 > n8:
-        d.unsafe_store(n8, v.slice[4, offset=n8]())
-    comptime n2 = n4 + ((n - n4) // 2) * 2
-    comptime if n2 > n4:
-        d.unsafe_store(n4, v.slice[2, offset=n4]())
-    comptime if n > n2:
-        d.unsafe_store(n2, v[n2])
 
 
 @always_inline
@@ -86,7 +69,7 @@ def pack_a_int(src: I8Ptr, ld: Int, i0: Int, mc: Int, k: Int, offset: Bool, dst:
                     blk[r] = SIMD[DType.uint32, IW](0)
                 transpose_sq[DType.uint32, IW](blk)
                 comptime for r in range(IW):
-                    _store_words[IMR](d.unsafe_offset((g0 + r) * IMR), blk[r] ^ xor)
+                    store_first[IMR, DType.uint32, IW](d.unsafe_offset((g0 + r) * IMR), blk[r] ^ xor)
                 g0 += IW
         for ii in range(rows):
             for g in range(g0, kg):
