@@ -16,7 +16,8 @@ fp32.v1 / bf16f32.v1 (fp32_v1.mojo, ukernel_f32.mojo, pack_f32.mojo)
             all of k fits in PANEL_OUTER_A_BYTES is visited column panel by column panel
             (its tree slots stay in L2), a larger one leaf by leaf
 rows_f32.mojo (m <= ROWS_MAX, decode shapes)
-    TCHUNK  NT columns transposed per chunk (NTG groups of 16); PF_ROWS rows prefetched
+    TCHUNK  NT columns transposed per chunk (NTG groups of 16; the fused NT leaf holds
+            TCHUNK / W register groups of W lanes); PF_ROWS rows prefetched
 integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
     IMR x INR the register tile (INV vectors of IW int32 lanes), at most IMC rows per A
             block and within INT_A_BLOCK_BYTES (the block stays in L2 while B streams past),
