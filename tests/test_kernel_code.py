@@ -83,11 +83,6 @@ def kernel_loops(lib: Path):
     return [(fn, lo, macs, stores) for lo, _, fn, macs, stores in inner if macs >= MIN_MACS]
 
 
-def _builds():
-    return sorted(p.name[len("_native_"):-len(".so")] for p in PKG.glob("_native_*.so")
-                  if p.name != "_native_gpu.so")
-
-
 def _check(lib: Path, isa: str):
     loops = kernel_loops(lib)
     problems = []

@@ -99,8 +99,8 @@ def pack_b(
             var kt = 0
             comptime if W == 8 or W == 16:
                 if cols == NR:
-                    kt = _pack_cols_t[True](src, ldb, jb, 0, k, d) if b_bf16 else _pack_cols_t[False](
-                        src, ldb, jb, 0, k, d)
+                    kt = transpose_cols[True](src, ldb, jb, NR // W, 0, k, d, NR) if b_bf16 else transpose_cols[
+                        False](src, ldb, jb, NR // W, 0, k, d, NR)
             for jj in range(cols):
                 var base = (jb + jj) * ldb
                 for kk in range(kt, k):
@@ -235,20 +235,22 @@ def _pack_a_rows_t[bf16: Bool](src: Int, lda: Int, r0: Int, k0: Int, lk: Int, d:
     return kk
 
 
-def _pack_cols_t[bf16: Bool](src: Int, ldb: Int, j0: Int, k0: Int, lk: Int, dst: F32Ptr) -> Int:
-    """Fast path for a B stored (n, k) (NT layout): one full NR-column panel (stored
-    rows j0..j0+NR) for kk in [0, lk - lk % W), NR values per kk at dst + kk * NR; W x W
-    blocks transposed in registers. Returns the kk where the scalar tail starts."""
+def transpose_cols[bf16: Bool](src: Int, ldb: Int, j0: Int, groups: Int, k0: Int, lk: Int,
+                               dst: F32Ptr, ld: Int) -> Int:
+    """For a B stored (n, k) (NT layout): dst[kk * ld + j] = B_stored[j0 + j, k0 + kk] for
+    the first `groups` groups of W columns and kk in [0, lk - lk % W), W x W blocks
+    transposed in registers (W = 8 or 16). Returns the kk where the caller's element
+    loop takes over (the columns past the groups take it from kk = 0)."""
     var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
     var kend = lk - lk % W
-    comptime for h in range(NR // W):
+    for h in range(groups):
         var kk = 0
         while kk < kend:
             comptime for r in range(W):
                 blk[r] = _load_w[bf16](src, (j0 + h * W + r) * ldb + k0 + kk)
             transpose_sq(blk)
             comptime for r in range(W):
-                dst.unsafe_store((kk + r) * NR + h * W, blk[r])
+                dst.unsafe_store((kk + r) * ld + h * W, blk[r])
             kk += W
     return kend
 
@@ -290,8 +292,8 @@ def pack_b_rows(
         var kt = 0
         comptime if W == 8 or W == 16:
             if trans_b and cols == NR:
-                kt = _pack_cols_t[True](src, ldb, jb, k0, lk, d) if b_bf16 else _pack_cols_t[False](
-                    src, ldb, jb, k0, lk, d)
+                kt = transpose_cols[True](src, ldb, jb, NR // W, k0, lk, d, NR) if b_bf16 else transpose_cols[
+                    False](src, ldb, jb, NR // W, k0, lk, d, NR)
         if not trans_b:
             for kk in range(lk):
                 var base = (k0 + kk) * ldb + jb

@@ -14,7 +14,7 @@ from arith.fp import ftz
 from arith.bf16 import widen
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
 from gemm.cpu.fp32_v1 import GemmArgs
-from gemm.cpu.pack_f32 import transpose16, transpose_sq
+from gemm.cpu.pack_f32 import transpose_sq, transpose_cols
 from std.collections import Array
 from std.sys.intrinsics import prefetch
 
@@ -74,27 +74,14 @@ def split_point(nleaves: Int) -> Int:
 
 def _transpose_chunk(g: GemmArgs, j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Ptr, ld: Int):
     """dst[kk][j] = B_stored[j0 + j, k0 + kk] for the NT layout (B stored (n, k)):
-    W x W blocks transposed in registers where they fit (W = 8 or 16), scalar
-    elsewhere."""
+    W x W blocks transposed in registers where they fit (W = 8 or 16, pack_f32's
+    transpose_cols), element by element elsewhere."""
     var s = F32Ptr(unsafe_from_address=g.b)
-    var jfull = nc // W * W
-    var kfull = lk // W * W
+    var jfull = 0
+    var kfull = 0
     comptime if W == 8 or W == 16:
-        var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
-        var jb = 0
-        while jb < jfull:
-            var kb = 0
-            while kb < kfull:
-                comptime for r in range(W):
-                    blk[r] = s.unsafe_load[width=W]((j0 + jb + r) * g.k + k0 + kb)
-                transpose_sq[DType.float32, W](blk)
-                comptime for r in range(W):
-                    dst.unsafe_store((kb + r) * ld + jb, blk[r])
-                kb += W
-            jb += W
-    else:
-        jfull = 0
-        kfull = 0
+        jfull = nc // W * W
+        kfull = transpose_cols[False](g.b, g.k, j0, nc // W, k0, lk, dst, ld)
     for j in range(nc):
         var kstart = kfull if j < jfull else 0
         for kk in range(kstart, lk):
