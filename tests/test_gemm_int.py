@@ -272,6 +272,45 @@ def test_exponent_sum_is_not_wrapped(profile):
     assert not wrong, f"matmul_{profile}: " + "; ".join(wrong)
 
 
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("edge", [2 ** 30 - 1, 2 ** 30, 2 ** 31 - 1])
+@pytest.mark.parametrize("prepared", [False, True])
+def test_blocked_epilogue_exponent_routes(profile, edge, prepared):
+    """L-5 / W-3 on the blocked kernels (m > the decode rows): the epilogue adds
+    ea[i] + eb[j] in int32 when every exponent lies inside (-2**30, 2**30) and in
+    int64 otherwise. edge = 2**30 - 1 takes the int32 route at its limits, 2**30 just
+    misses it, 2**31 - 1 is int32's end; rows and columns alternate between +edge - d
+    and -edge + d, so the sums run from about -2**31 to 2**31 and the opposite pairs
+    land back in pow2f's range (normal, subnormal and zero results)."""
+    m, n, k = 45, 70, 130
+    rng = np.random.default_rng(edge % 1000)
+    d_a = rng.integers(-150, 150, size=m)
+    d_b = rng.integers(-150, 150, size=n)
+    ea = np.where(np.arange(m) % 2 == 0, edge - np.abs(d_a), -edge + np.abs(d_a)).astype(np.int32)
+    eb = np.where(np.arange(n) % 3 == 0, edge - np.abs(d_b), -edge + np.abs(d_b)).astype(np.int32)
+    ea[1], eb[2] = -edge, -edge  # the other end too (-2**31 + 1 for int32's end)
+    ea[3] = 5  # a small exponent beside the extreme ones
+    f = {"int8": linalg.matmul_int8, "int15": linalg.matmul_int15}[profile]
+    if profile == "int8":
+        A = rng.integers(-127, 128, size=(m, k)).astype(np.int8)
+        B = rng.integers(-127, 128, size=(n, k)).astype(np.int8)
+        a_op, b_op = (A, ea), (B, eb)
+        with np.errstate(all="ignore"):
+            exp = O.gemm_int(A, ea, B, eb)
+    else:
+        ah, al = rng.integers(-127, 128, size=(m, k)).astype(np.int8), rng.integers(0, 128, size=(m, k)).astype(np.int8)
+        bh, bl = rng.integers(-127, 128, size=(n, k)).astype(np.int8), rng.integers(0, 128, size=(n, k)).astype(np.int8)
+        a_op, b_op = (ah, al, ea), (bh, bl, eb)
+        with np.errstate(all="ignore"):
+            exp = O.gemm_int15(ah, al, ea, bh, bl, eb)
+    if prepared:
+        b_op = linalg.prepare(b_op)
+    got = np.asarray(f(a_op, b_op))
+    finite = np.isfinite(exp) & (exp != 0)
+    assert finite.sum() > m * n // 10, "the opposite pairs must give ordinary numbers"
+    assert_same_bits(got, exp, f"matmul_{profile}, exponents at +-{edge}")
+
+
 # ---------------------------------------------------------------- domains
 def test_int8_domain_limit_accepted_and_exact():
     """L-7: k = 131072 is accepted and exact even at the largest |S| = 127*127*131072

@@ -174,46 +174,114 @@ def _tile_release():
 
 
 @always_inline
-def _step(a: I8Ptr, b: U32Ptr, kbc: Int, c: I32Ptr, first: Bool):
-    """c (32 x 32 int32, row stride 32: tiles (0,0) (0,1) / (1,0) (1,1)) =
-    (0 if first else c) + [A tile 0; A tile 1] . [B tile 0, B tile 1] over kbc k-blocks
-    of one A unit (a: kbc x 2 KiB, contiguous) and one B unit (b: kbc x 512 words).
-    The A stream is prefetched PF_BYTES ahead (the next unit follows this one)."""
+def _tload[t: Int](p: I8Ptr, stride: Int):
     comptime if CompilationTarget.has_intel_amx():
-        if first:
-            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(0))
-            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(1))
-            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(2))
-            llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(3))
-        else:
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(0), c, Int64(128))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(1), c.unsafe_offset(16), Int64(128))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(2), c.unsafe_offset(16 * 32), Int64(128))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(3), c.unsafe_offset(16 * 32 + 16), Int64(128))
-        for kb in range(kbc):
-            var ak = a.unsafe_offset(kb * UNIT_BYTES)
-            var bk = b.unsafe_offset(kb * 512)
-            comptime for l in range(UNIT_BYTES // 64):
-                prefetch[PrefetchOptions().for_read().high_locality()](ak.unsafe_offset(PF_BYTES + l * 64))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(4), ak, Int64(64))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(6), bk, Int64(64))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(0), Int8(4), Int8(6))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(7), bk.unsafe_offset(256), Int64(64))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(1), Int8(4), Int8(7))
-            llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(5), ak.unsafe_offset(TILE_BYTES), Int64(64))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(2), Int8(5), Int8(6))
-            llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(3), Int8(5), Int8(7))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(0), c, Int64(128))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(1), c.unsafe_offset(16), Int64(128))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(2), c.unsafe_offset(16 * 32), Int64(128))
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(3), c.unsafe_offset(16 * 32 + 16), Int64(128))
+        llvm_intrinsic["llvm.x86.tileloadd64", NoneType](Int8(t), p, Int64(stride))
 
 
 @always_inline
-def _store_unit(g: IntArgs, cb: I32Ptr, ea: I32Ptr, eb: I32Ptr, r0: Int, rows: Int, j0: Int, cols: Int):
-    """The epilogue of one step's sums (cb): rows [r0, r0 + rows) x columns
-    [j0, j0 + cols) of C (int8: a 32 x 32 block; int15: a 16 x 16 block from its
-    four plane products)."""
+def _tstore[t: Int](p: I32Ptr):
+    """Tile t (int32 sums, 16 x 16) into a 32 x 32 sums buffer at p (row stride 128 bytes)."""
+    comptime if CompilationTarget.has_intel_amx():
+        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(t), p, Int64(128))
+
+
+@always_inline
+def _tzero[t: Int]():
+    comptime if CompilationTarget.has_intel_amx():
+        llvm_intrinsic["llvm.x86.tilezero", NoneType](Int8(t))
+
+
+@always_inline
+def _tdp[c: Int, a: Int, b: Int]():
+    comptime if CompilationTarget.has_intel_amx():
+        llvm_intrinsic["llvm.x86.tdpbssd", NoneType](Int8(c), Int8(a), Int8(b))
+
+
+@always_inline
+def _c_in[t: Int](c: I32Ptr, first: Bool):
+    """Accumulator tile t (0-3, its place in the 2 x 2 block) resumed from c, or zero."""
+    if first:
+        _tzero[t]()
+    else:
+        _tload[t](c.unsafe_offset((t // 2) * 16 * 32 + (t % 2) * 16).unsafe_bitcast[Int8](), 128)
+
+
+@always_inline
+def _kblock(ak: I8Ptr, bk: U32Ptr):
+    """One k-block of a step: A tiles tmm4/5 (ak), B tiles tmm6/7 (bk), into tmm0-3; the
+    A stream is prefetched PF_BYTES ahead (the next unit follows this one)."""
+    comptime for l in range(UNIT_BYTES // 64):
+        prefetch[PrefetchOptions().for_read().high_locality()](ak.unsafe_offset(PF_BYTES + l * 64))
+    _tload[4](ak, 64)
+    _tload[6](bk.unsafe_bitcast[Int8](), 64)
+    _tdp[0, 4, 6]()
+    _tload[7](bk.unsafe_offset(256).unsafe_bitcast[Int8](), 64)
+    _tdp[1, 4, 7]()
+    _tload[5](ak.unsafe_offset(TILE_BYTES), 64)
+    _tdp[2, 5, 6]()
+    _tdp[3, 5, 7]()
+
+
+@always_inline
+def _chunk(
+    g: IntArgs, ach: I8Ptr, bq: U32Ptr, units: Int, kbc: Int, cbuf: I32Ptr, first: Bool, last: Bool,
+    ea: I32Ptr, eb: I32Ptr, i0: Int, mc: Int, j0: Int, cols: Int,
+):
+    """One k-chunk (kbc k-blocks) of one B unit (bq) against every A unit of the block
+    (ach: the chunk's units, kbc x 2 KiB each). Unit p's four sums tiles are resumed
+    from cbuf + p * CBUF_WORDS (or zeroed when first) and stored back there; when last,
+    the epilogue writes its outputs (rows i0 + p * u, columns j0, j0 + cols).
+    Software-pipelined across units: unit p's tiles are stored one at a time between
+    the products of unit p + 1's first k-block (the tile unit keeps working while
+    each store waits for its tile's last product), and unit p's epilogue comes after
+    that k-block is issued, so its vector work overlaps those products."""
+    var u = unit_lines(g.int15)
+    comptime for t in range(4):
+        _c_in[t](cbuf, first)
+    for kb in range(kbc):
+        _kblock(ach.unsafe_offset(kb * UNIT_BYTES), bq.unsafe_offset(kb * 512))
+    for p in range(1, units):
+        var cp = cbuf.unsafe_offset((p - 1) * CBUF_WORDS)
+        var cn = cbuf.unsafe_offset(p * CBUF_WORDS)
+        var ap = ach.unsafe_offset(p * kbc * UNIT_BYTES)
+        # the boundary: unit p - 1's tiles out, unit p's in, around unit p's first k-block
+        comptime for l in range(UNIT_BYTES // 64):
+            prefetch[PrefetchOptions().for_read().high_locality()](ap.unsafe_offset(PF_BYTES + l * 64))
+        _tstore[0](cp)
+        _c_in[0](cn, first)
+        _tload[4](ap, 64)
+        _tload[6](bq.unsafe_bitcast[Int8](), 64)
+        _tdp[0, 4, 6]()
+        _tstore[1](cp.unsafe_offset(16))
+        _c_in[1](cn, first)
+        _tload[7](bq.unsafe_offset(256).unsafe_bitcast[Int8](), 64)
+        _tdp[1, 4, 7]()
+        _tstore[2](cp.unsafe_offset(16 * 32))
+        _c_in[2](cn, first)
+        _tload[5](ap.unsafe_offset(TILE_BYTES), 64)
+        _tdp[2, 5, 6]()
+        _tstore[3](cp.unsafe_offset(16 * 32 + 16))
+        _c_in[3](cn, first)
+        _tdp[3, 5, 7]()
+        if last:  # unit p - 1's epilogue while unit p's first products run
+            _store_rows(g, cp, ea, eb, i0 + (p - 1) * u, min(u, mc - (p - 1) * u), j0, cols)
+        for kb in range(1, kbc):
+            _kblock(ap.unsafe_offset(kb * UNIT_BYTES), bq.unsafe_offset(kb * 512))
+    var cl = cbuf.unsafe_offset((units - 1) * CBUF_WORDS)
+    _tstore[0](cl)
+    _tstore[1](cl.unsafe_offset(16))
+    _tstore[2](cl.unsafe_offset(16 * 32))
+    _tstore[3](cl.unsafe_offset(16 * 32 + 16))
+    if last:
+        _store_rows(g, cl, ea, eb, i0 + (units - 1) * u, min(u, mc - (units - 1) * u), j0, cols)
+
+
+@always_inline
+def _store_rows(g: IntArgs, cb: I32Ptr, ea: I32Ptr, eb: I32Ptr, r0: Int, rows: Int, j0: Int, cols: Int):
+    """The epilogue of one unit's sums (cb): rows [r0, r0 + rows) x columns
+    [j0, j0 + cols) of C (int8: a 32 x 32 block; int15: a 16 x 16 block from its four
+    plane products)."""
     if not g.int15:
         for i in range(rows):
             var r = r0 + i
@@ -286,12 +354,8 @@ def amx_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
                 while kb0 < kbn:
                     var kbc = min(KC_BLOCKS, kbn - kb0)
                     var last = kb0 + kbc == kbn
-                    var ach = a_pk.unsafe_offset(kb0 * units * UNIT_BYTES)
-                    for p in range(units):
-                        var cb = cbuf.unsafe_offset(p * CBUF_WORDS)
-                        _step(ach.unsafe_offset(p * kbc * UNIT_BYTES), bq.unsafe_offset(kb0 * 512), kbc, cb, kb0 == 0)
-                        if last:
-                            _store_unit(g, cb, ea, eb, ic + p * u, min(u, mc - p * u), jc + jp, min(u, nc - jp))
+                    _chunk(g, a_pk.unsafe_offset(kb0 * units * UNIT_BYTES), bq.unsafe_offset(kb0 * 512), units, kbc,
+                           cbuf, kb0 == 0, last, ea, eb, ic, mc, jc + jp, min(u, nc - jp))
                     kb0 += kbc
             ic += mc_max
         jc += nc_max

@@ -8,7 +8,7 @@ from common.tasks import chunk_bounds, run_tasks, nothing
 from gemm.cpu.blocking import MR, NR, MC, round_up
 from arith.tree import leaf_count, tree_add
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
-from gemm.cpu.int_gemm import IntArgs, int_block, int_ws, vnni_packed_words, vnni_pack_all
+from gemm.cpu.int_gemm import with_e32, IntArgs, int_block, int_ws, vnni_packed_words, vnni_pack_all
 from gemm.cpu.int_rows import INT_ROWS_MAX, a_codes, int_rows
 from gemm.cpu.amx_int import amx_block, amx_ws, amx_packed_words, amx_pack_all
 from gemm.cpu.avx2_int import avx2_block, avx2_ws, avx2_packed_words, avx2_pack_all
@@ -155,11 +155,12 @@ def _int_rows_call(g: IntArgs, tasks: Int):
     _sabotage(g)
 
 
-def _int_call(g: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
+def _int_call(g0: IntArgs, tasks: Int, ws_addr: Int, ws_bytes: Int) -> Int:
     """Split the output over tasks (columns when there are enough panels, else rows)."""
-    if g.m <= INT_ROWS_MAX:
-        _int_rows_call(g, tasks)
+    if g0.m <= INT_ROWS_MAX:
+        _int_rows_call(g0, tasks)
         return 0
+    var g = with_e32(g0)
     var npan = (g.n + INR - 1) // INR
     var mpan = (g.m + IMR - 1) // IMR
     var split_n = npan >= 2 * tasks or npan >= mpan
@@ -208,7 +209,7 @@ def gemm_int8(args: PythonObject) raises -> PythonObject:
     """Arguments: (a codes, a exps, b codes, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
     var g = IntArgs(
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 4),
-        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0, 0,
+        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0, 0, False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 8)), _arg(args, 10), _arg(args, 11)))
 
@@ -218,7 +219,7 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
     var g = IntArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9), True,
-        _arg(args, 11) != 0, 0,
+        _arg(args, 11) != 0, 0, False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 10)), _arg(args, 12), _arg(args, 13)))
 
@@ -274,7 +275,7 @@ def gemm_int8_packed(args: PythonObject) raises -> PythonObject:
     (the decode rows read the codes as stored)."""
     var g = IntArgs(
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 5),
-        _arg(args, 6), _arg(args, 7), _arg(args, 8), False, _arg(args, 10) != 0, _arg(args, 4),
+        _arg(args, 6), _arg(args, 7), _arg(args, 8), False, _arg(args, 10) != 0, _arg(args, 4), False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 9)), _arg(args, 11), _arg(args, 12)))
 
@@ -285,7 +286,7 @@ def gemm_int15_packed(args: PythonObject) raises -> PythonObject:
     var g = IntArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 7), _arg(args, 8), _arg(args, 9), _arg(args, 10), True,
-        _arg(args, 12) != 0, _arg(args, 6),
+        _arg(args, 12) != 0, _arg(args, 6), False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 11)), _arg(args, 13), _arg(args, 14)))
 

@@ -34,6 +34,26 @@ struct IntArgs(ImplicitlyCopyable, Movable):
     var int15: Bool
     var sabotage: Bool
     var bpre: Int  # 0, or B prepared over all n in this build's layout (int_pack_all)
+    var e32: Bool  # every exponent of ea and eb inside (-2**30, 2**30): see with_e32
+
+
+def with_e32(g: IntArgs) -> IntArgs:
+    """g with e32 set when every exponent of ea (m) and eb (n) lies in (-2**30, 2**30):
+    then each sum ea[i] + eb[j] is exact in int32 and the epilogue adds in int32;
+    otherwise it adds in int64 and clamps. Both give pow2f of the true sum (L-5)."""
+    comptime LIM = 1 << 30
+    var ok = True
+    var ea = I32Ptr(unsafe_from_address=g.ea)
+    var eb = I32Ptr(unsafe_from_address=g.eb)
+    for i in range(g.m):
+        var e = Int(ea.unsafe_load(i))
+        ok = ok and (-LIM < e < LIM)
+    for j in range(g.n):
+        var e = Int(eb.unsafe_load(j))
+        ok = ok and (-LIM < e < LIM)
+    var r = g
+    r.e32 = ok
+    return r
 
 
 def nc_int(k: Int, ncols: Int) -> Int:
@@ -63,10 +83,15 @@ def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
 def store_scaled(
     g: IntArgs, s: SIMD[DType.float32, IW], ea_i: Int32, eb: I32Ptr, i: Int, j: Int, nr: Int
 ):
-    # the true exponent sum (int64: no wrap-around), clamped to a range where pow2f
-    # is already saturated (inf above 127, 0 below -126)
-    var e64 = SIMD[DType.int64, IW](Int64(ea_i)) + _load_eb(eb, j, nr).cast[DType.int64]()
-    var e = max(min(e64, SIMD[DType.int64, IW](1000)), SIMD[DType.int64, IW](-1000)).cast[DType.int32]()
+    # the true exponent sum: in int32 when every exponent is inside (-2**30, 2**30)
+    # (g.e32), else in int64 (no wrap-around) clamped to a range where pow2f is
+    # already saturated (inf above 127, 0 below -126)
+    var e: SIMD[DType.int32, IW]
+    if g.e32:
+        e = SIMD[DType.int32, IW](ea_i) + _load_eb(eb, j, nr)
+    else:
+        var e64 = SIMD[DType.int64, IW](Int64(ea_i)) + _load_eb(eb, j, nr).cast[DType.int64]()
+        e = max(min(e64, SIMD[DType.int64, IW](1000)), SIMD[DType.int64, IW](-1000)).cast[DType.int32]()
     var out = scale_pow2[IW](s, pow2f_w[IW](e))
     var c = F32Ptr(unsafe_from_address=g.c).unsafe_offset(i * g.n + j)
     if nr >= IW:
