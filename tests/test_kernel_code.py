@@ -15,7 +15,8 @@ vpmaddwd for the AVX2 ones) and checks that such loops exist in every entry and 
 at most one vector register to memory per iteration (the AVX2 int15 tile keeps one of
 its 12 accumulators on the stack: 16 registers are one short of 12 sums, 4 B vectors
 and the broadcasts). Not checked: the decode-rows kernels of rows_f32.mojo, whose
-per-output sums live in an L1 buffer by design.
+per-output sums live in an L1 buffer by design. The AMX build's k-block loop is
+checked apart: four tile products per iteration and no tile store.
 """
 from __future__ import annotations
 
@@ -109,6 +110,47 @@ def test_micro_kernels_keep_accumulators_in_registers(isa):
         pytest.fail(f"{lib.name} is not built (make build builds amx, v4 and v3 on any x86-64 box)")
     problems = _check(lib, isa)
     assert not problems, f"{isa} build:\n  " + "\n  ".join(problems)
+
+
+TDP = re.compile(r"\btdpbssd\b")
+TSTORE = re.compile(r"\btilestored\b")
+
+
+def amx_k_loops(lib: Path):
+    """The innermost loops of the integer entry that carry tile products (tdpbssd):
+    [(first address, products, tile stores)]."""
+    ins = _instructions(lib)
+    addrs = [a for a, _, _ in ins]
+    loops = []
+    for i, (a, text, fn) in enumerate(ins):
+        m = BRANCH.match(text)
+        if not m or m.group(1) == "jmp" or not fn.startswith(KERNEL_FUNCS["integer (int8i32.v1 / int15i64.v1)"]):
+            continue
+        target = int(m.group(2), 16)
+        if target < a:
+            lo = bisect.bisect_left(addrs, target)
+            body = [t for _, t, _ in ins[lo:i + 1]]
+            loops.append((target, a, sum(1 for t in body if TDP.search(t)),
+                          sum(1 for t in body if TSTORE.search(t))))
+    inner = [x for x in loops
+             if not any(y[0] >= x[0] and y[1] <= x[1] and y[:2] != x[:2] for y in loops)]
+    return [(lo, tdp, st) for lo, _, tdp, st in inner if tdp > 0]
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None,
+                    reason="objdump (binutils) is not installed: the machine code cannot be read")
+def test_amx_k_block_loop_keeps_sums_in_tiles():
+    """The AMX build's k-block loop (gemm/cpu/amx_int.mojo, _kblock): four tdpbssd per
+    iteration into the four sums tiles and no tile store; the sums leave the tiles only
+    between A units (the pipelined boundary), never inside the k loop."""
+    lib = PKG / "_native_amx.so"
+    if not lib.exists():
+        pytest.fail(f"{lib.name} is not built (make build builds amx, v4 and v3 on any x86-64 box)")
+    loops = amx_k_loops(lib)
+    assert loops, "no loop with tile products found in the amx build's integer entry"
+    bad = [f"loop at {lo:#x}: {tdp} tdpbssd, {st} tilestored" for lo, tdp, st in loops
+           if tdp != 4 or st != 0]
+    assert not bad, "amx build: " + "; ".join(bad)
 
 
 def test_the_check_sees_a_spilling_loop(tmp_path):
