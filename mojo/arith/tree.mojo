@@ -88,6 +88,24 @@ def tree_add[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SI
 
 
 @always_inline
+def tree_add_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """tree_add (rule 6.4) for a caller under the contract floating-point state (DAZ
+    on, FTZ off), the flush deferred: a sum that waits in the tree is read next by
+    another tree_add_daz, whose vaddps reads a subnormal as the zero of its sign (what
+    the flush would have given), and the root gets ftz once before it is stored (the
+    same argument as chain_step_daz and serial_add_daz). The caller must flush the
+    root; leaves enter unflushed. One vaddps instead of four instructions, on the
+    ports the next leaf's fmas need.
+
+    Explicit-flush build (EXPLICIT_FLUSH): tree_add(ftz(a), ftz(b)), the flushes done
+    here (the caller's final ftz is then a no-op)."""
+    comptime if EXPLICIT_FLUSH:
+        return tree_add[w](_ftz[w](a), _ftz[w](b))
+    else:
+        return a + b
+
+
+@always_inline
 def trailing_ones(x: Int) -> Int:
     """How many levels of the streaming tree leaf x merges before it waits."""
     var n = 0

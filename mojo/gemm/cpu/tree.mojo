@@ -5,12 +5,14 @@ level): leaf p first merges with the levels given by the trailing one-bits of p,
 then lands on the next level; after the last leaf the occupied levels are folded
 from the lowest (most recent) upward. This is exactly the balanced pairwise tree
 with an odd last element carried, e.g. 7 leaves: (p01 + p23) + (p45 + p6). Every
-sum is flushed (subnormal -> zero of the same sign).
+sum is flushed (subnormal -> zero of the same sign): under the contract
+floating-point state by the DAZ read of the next sum and one ftz of the root
+(arith.tree.tree_add_daz), in the explicit-flush build at every step.
 """
 from common.ptr import F32Ptr
 from gemm.cpu.blocking import MR, NR, NV, W
 from arith.fp import ftz
-from arith.tree import tree_add, trailing_ones
+from arith.tree import tree_add_daz, trailing_ones
 from gemm.cpu.ukernel_f32 import Acc
 
 
@@ -20,20 +22,21 @@ def finish_tile(
     slots: F32Ptr, level_stride: Int, tile_off: Int,
     c: F32Ptr, ldc: Int, mr: Int, nr: Int,
 ):
-    """Merge leaf p of this tile into the stack; after the last leaf write C[mr, nr]."""
-    comptime for q in range(MR * NV):
-        acc[q] = ftz(acc[q])
+    """Merge leaf p of this tile (acc, unflushed) into the stack; after the last leaf
+    write C[mr, nr] (the root, flushed)."""
     var t = trailing_ones(p)
     for lvl in range(t):
         var s = slots.unsafe_offset(lvl * level_stride + tile_off)
         comptime for q in range(MR * NV):
-            acc[q] = tree_add[W](s.unsafe_load[width=W](q * W), acc[q])
+            acc[q] = tree_add_daz[W](s.unsafe_load[width=W](q * W), acc[q])
     if p == nleaves - 1:
         for lvl in range(t + 1, levels):
             if (nleaves >> lvl) & 1:
                 var s = slots.unsafe_offset(lvl * level_stride + tile_off)
                 comptime for q in range(MR * NV):
-                    acc[q] = tree_add[W](s.unsafe_load[width=W](q * W), acc[q])
+                    acc[q] = tree_add_daz[W](s.unsafe_load[width=W](q * W), acc[q])
+        comptime for q in range(MR * NV):
+            acc[q] = ftz(acc[q])
         store_tile(acc, c, ldc, mr, nr)
     else:
         var s = slots.unsafe_offset(t * level_stride + tile_off)
