@@ -180,10 +180,17 @@ def _tload[t: Int](p: I8Ptr, stride: Int):
 
 
 @always_inline
-def _tstore[t: Int](p: I32Ptr):
-    """Tile t (int32 sums, 16 x 16) into a 32 x 32 sums buffer at p (row stride 128 bytes)."""
+def _at[t: Int](c: I32Ptr) -> I32Ptr:
+    """Where accumulator tile t (0-3) lies in a unit's 32 x 32 sums buffer c (row
+    stride 32 words): tiles (0,0) (0,1) / (1,0) (1,1)."""
+    return c.unsafe_offset((t // 2) * 16 * 32 + (t % 2) * 16)
+
+
+@always_inline
+def _tstore[t: Int](c: I32Ptr):
+    """Accumulator tile t into its place in the sums buffer c."""
     comptime if CompilationTarget.has_intel_amx():
-        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(t), p, Int64(128))
+        llvm_intrinsic["llvm.x86.tilestored64", NoneType](Int8(t), _at[t](c), Int64(128))
 
 
 @always_inline
@@ -204,7 +211,7 @@ def _c_in[t: Int](c: I32Ptr, first: Bool):
     if first:
         _tzero[t]()
     else:
-        _tload[t](c.unsafe_offset((t // 2) * 16 * 32 + (t % 2) * 16).unsafe_bitcast[Int8](), 128)
+        _tload[t](_at[t](c).unsafe_bitcast[Int8](), 128)
 
 
 @always_inline
@@ -253,32 +260,30 @@ def _chunk(
         _tload[4](ap, 64)
         _tload[6](bq.unsafe_bitcast[Int8](), 64)
         _tdp[0, 4, 6]()
-        _tstore[1](cp.unsafe_offset(16))
+        _tstore[1](cp)
         _c_in[1](cn, first)
         _tload[7](bq.unsafe_offset(256).unsafe_bitcast[Int8](), 64)
         _tdp[1, 4, 7]()
-        _tstore[2](cp.unsafe_offset(16 * 32))
+        _tstore[2](cp)
         _c_in[2](cn, first)
         _tload[5](ap.unsafe_offset(TILE_BYTES), 64)
         _tdp[2, 5, 6]()
-        _tstore[3](cp.unsafe_offset(16 * 32 + 16))
+        _tstore[3](cp)
         _c_in[3](cn, first)
         _tdp[3, 5, 7]()
         if last:  # unit p - 1's epilogue while unit p's first products run
-            _store_rows(g, cp, ea, eb, i0 + (p - 1) * u, min(u, mc - (p - 1) * u), j0, cols)
+            _store_unit(g, cp, ea, eb, i0 + (p - 1) * u, min(u, mc - (p - 1) * u), j0, cols)
         for kb in range(1, kbc):
             _kblock(ap.unsafe_offset(kb * UNIT_BYTES), bq.unsafe_offset(kb * 512))
     var cl = cbuf.unsafe_offset((units - 1) * CBUF_WORDS)
-    _tstore[0](cl)
-    _tstore[1](cl.unsafe_offset(16))
-    _tstore[2](cl.unsafe_offset(16 * 32))
-    _tstore[3](cl.unsafe_offset(16 * 32 + 16))
+    comptime for t in range(4):
+        _tstore[t](cl)
     if last:
-        _store_rows(g, cl, ea, eb, i0 + (units - 1) * u, min(u, mc - (units - 1) * u), j0, cols)
+        _store_unit(g, cl, ea, eb, i0 + (units - 1) * u, min(u, mc - (units - 1) * u), j0, cols)
 
 
 @always_inline
-def _store_rows(g: IntArgs, cb: I32Ptr, ea: I32Ptr, eb: I32Ptr, r0: Int, rows: Int, j0: Int, cols: Int):
+def _store_unit(g: IntArgs, cb: I32Ptr, ea: I32Ptr, eb: I32Ptr, r0: Int, rows: Int, j0: Int, cols: Int):
     """The epilogue of one unit's sums (cb): rows [r0, r0 + rows) x columns
     [j0, j0 + cols) of C (int8: a 32 x 32 block; int15: a 16 x 16 block from its four
     plane products)."""
