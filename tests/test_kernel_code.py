@@ -62,10 +62,10 @@ def _instructions(lib: Path):
     return ins
 
 
-def kernel_loops(lib: Path):
+def innermost_loops(lib: Path, count):
     """The innermost loops (a backward conditional branch and the code it jumps back
-    over, with no other such loop inside) that carry >= MIN_MACS multiply-adds:
-    [(function, first address, multiply-adds, vector stores)]."""
+    over, with no other such loop inside): [(function, first address, count(body))],
+    body the loop's instruction texts."""
     ins = _instructions(lib)
     addrs = [a for a, _, _ in ins]
     loops = []
@@ -76,12 +76,18 @@ def kernel_loops(lib: Path):
         target = int(m.group(2), 16)
         if target < a:
             lo = bisect.bisect_left(addrs, target)
-            body = [t for _, t, _ in ins[lo:i + 1]]
-            loops.append((target, a, fn, sum(1 for t in body if MAC.search(t)),
-                          sum(1 for t in body if VSTORE.search(t))))
-    inner = [x for x in loops
-             if not any(y[0] >= x[0] and y[1] <= x[1] and y[:2] != x[:2] for y in loops)]
-    return [(fn, lo, macs, stores) for lo, _, fn, macs, stores in inner if macs >= MIN_MACS]
+            loops.append((target, a, fn, count([t for _, t, _ in ins[lo:i + 1]])))
+    return [(fn, lo, c) for lo, hi, fn, c in loops
+            if not any(y[0] >= lo and y[1] <= hi and y[:2] != (lo, hi) for y in loops)]
+
+
+def kernel_loops(lib: Path):
+    """The innermost loops that carry >= MIN_MACS multiply-adds:
+    [(function, first address, multiply-adds, vector stores)]."""
+    def count(body):
+        return (sum(1 for t in body if MAC.search(t)), sum(1 for t in body if VSTORE.search(t)))
+    return [(fn, lo, macs, stores) for fn, lo, (macs, stores) in innermost_loops(lib, count)
+            if macs >= MIN_MACS]
 
 
 def _check(lib: Path, isa: str):
@@ -119,22 +125,11 @@ TSTORE = re.compile(r"\btilestored\b")
 def amx_k_loops(lib: Path):
     """The innermost loops of the integer entry that carry tile products (tdpbssd):
     [(first address, products, tile stores)]."""
-    ins = _instructions(lib)
-    addrs = [a for a, _, _ in ins]
-    loops = []
-    for i, (a, text, fn) in enumerate(ins):
-        m = BRANCH.match(text)
-        if not m or m.group(1) == "jmp" or not fn.startswith(KERNEL_FUNCS["integer (int8i32.v1 / int15i64.v1)"]):
-            continue
-        target = int(m.group(2), 16)
-        if target < a:
-            lo = bisect.bisect_left(addrs, target)
-            body = [t for _, t, _ in ins[lo:i + 1]]
-            loops.append((target, a, sum(1 for t in body if TDP.search(t)),
-                          sum(1 for t in body if TSTORE.search(t))))
-    inner = [x for x in loops
-             if not any(y[0] >= x[0] and y[1] <= x[1] and y[:2] != x[:2] for y in loops)]
-    return [(lo, tdp, st) for lo, _, tdp, st in inner if tdp > 0]
+    def count(body):
+        return (sum(1 for t in body if TDP.search(t)), sum(1 for t in body if TSTORE.search(t)))
+    entry = KERNEL_FUNCS["integer (int8i32.v1 / int15i64.v1)"]
+    return [(lo, tdp, st) for fn, lo, (tdp, st) in innermost_loops(lib, count)
+            if fn.startswith(entry) and tdp > 0]
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None,

@@ -215,11 +215,16 @@ def _c_in[t: Int](c: I32Ptr, first: Bool):
 
 
 @always_inline
-def _kblock(ak: I8Ptr, bk: U32Ptr):
-    """One k-block of a step: A tiles tmm4/5 (ak), B tiles tmm6/7 (bk), into tmm0-3; the
-    A stream is prefetched PF_BYTES ahead (the next unit follows this one)."""
+def _prefetch_a(ak: I8Ptr):
+    """The A stream PF_BYTES ahead of the k-block at ak (the next unit follows this one)."""
     comptime for l in range(UNIT_BYTES // 64):
         prefetch[PrefetchOptions().for_read().high_locality()](ak.unsafe_offset(PF_BYTES + l * 64))
+
+
+@always_inline
+def _kblock(ak: I8Ptr, bk: U32Ptr):
+    """One k-block of a step: A tiles tmm4/5 (ak), B tiles tmm6/7 (bk), into tmm0-3."""
+    _prefetch_a(ak)
     _tload[4](ak, 64)
     _tload[6](bk.unsafe_bitcast[Int8](), 64)
     _tdp[0, 4, 6]()
@@ -253,8 +258,7 @@ def _chunk(
         var cn = cbuf.unsafe_offset(p * CBUF_WORDS)
         var ap = ach.unsafe_offset(p * kbc * UNIT_BYTES)
         # the boundary: unit p - 1's tiles out, unit p's in, around unit p's first k-block
-        comptime for l in range(UNIT_BYTES // 64):
-            prefetch[PrefetchOptions().for_read().high_locality()](ap.unsafe_offset(PF_BYTES + l * 64))
+        _prefetch_a(ap)
         _tstore[0](cp)
         _c_in[0](cn, first)
         _tload[4](ap, 64)

@@ -1,4 +1,5 @@
-"""Leaf combination for fp32.v1 (contract 6.4; its step is arith.tree.tree_add).
+"""Leaf combination for fp32.v1 (contract 6.4; its step is arith.tree.tree_add, taken
+here in its form under DAZ, tree_add_daz).
 
 Leaves are merged as they complete with a binary-counter stack (one slot per
 level): leaf p first merges with the levels given by the trailing one-bits of p,
