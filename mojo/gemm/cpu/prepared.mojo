@@ -118,8 +118,9 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
 
 # ---------------------------------------------------------------- decode rows (m <= ROWS_MAX)
 comptime RP = 2 if W >= 16 else 1  # panels a decode step reads side by side (more chains in
-# flight; AVX2 has 16 registers, too few for 4 rows x 2 panels); 2 * RP for 1 or 2 rows
-comptime RACC = ROWS_MAX * RP * NV
+# flight; AVX2 has 16 registers, too few for 4 rows x 2 panels); 2 * RP for 2 rows
+comptime RP1 = 4  # for 1 row: four panel streams side by side (the same on every build; on AVX2 it was 2)
+comptime RACC = max(ROWS_MAX * RP, RP1) * NV
 comptime RAcc = Array[SIMD[DType.float32, W], RACC]
 comptime RSLOT = RACC * W  # floats of one tree level
 
@@ -143,7 +144,7 @@ def _rows_leaf[R: Int, P: Int](a: F32Ptr, b: F32Ptr, pstride: Int, lk: Int, mut 
             comptime for l in range(NR // 16):
                 prefetch[PrefetchOptions().for_read().high_locality()](
                     b.unsafe_offset(pp * pstride + kk * NR + PF_FLOATS + l * 16))
-        var bv = Array[SIMD[DType.float32, W], 2 * RP * NV](fill=SIMD[DType.float32, W](0))
+        var bv = Array[SIMD[DType.float32, W], P * NV](fill=SIMD[DType.float32, W](0))
         comptime for pp in range(P):
             comptime for v in range(NV):
                 bv[pp * NV + v] = b.unsafe_load[width=W](pp * pstride + kk * NR + v * W)
@@ -307,7 +308,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
         if rows_path:
             var b = chunk_bounds(g.n, t_count, t, NR)
             if g.m == 1:
-                f32_rows_prepared[1, 2 * RP](g, b[0], b[1], w, bpre)
+                f32_rows_prepared[1, RP1](g, b[0], b[1], w, bpre)
             elif g.m == 2:
                 f32_rows_prepared[2, 2 * RP](g, b[0], b[1], w, bpre)
             elif g.m == 3:
