@@ -14,6 +14,10 @@ THE EXACT ROUTE: vpmaddwd ON 16-BIT VALUES
     (int8 values as 16 bits): S = 128 * sum(a * bh) + sum(a * bl). Each pair sum is
     below 2 * 16512 * 128 = 2**22.01, so an int32 lane takes 256 of them safely
     (< 2**30.1); the int32 partial sums are moved into int64 every 256 k-pairs.
+    The int15 tile is AVX2_MR15 rows x one 8-column half of a panel (the two halves in
+    turn): 6 rows x 2 planes = 12 int32 sums, 2 B vectors and a broadcast fit the 16
+    registers. A 3-row x 16-column tile needs 17: LLVM kept one sum on the stack, and
+    its store-reload on every k-pair held the loop to the store-forwarding latency.
 
 PACKING (k padded with zero codes to a multiple of 2)
     A panel (MR rows): for each k-pair p, MR words of two int16 (a[i, 2p], a[i, 2p+1]).
@@ -34,6 +38,7 @@ from gemm.cpu.blocking import AVX2_B_CHUNK_BYTES as B_CHUNK_BYTES
 from gemm.cpu.int_gemm import IntArgs, store_scaled
 from arith.quant import join15_sums
 
+comptime A_ONCE_BYTES = 8 << 20  # a task's packed A up to this size is packed once, not per column chunk
 comptime FLUSH_PAIRS = 256  # int15: k-pairs summed in int32 before moving to int64
 comptime ACC15_WORDS = 2 * AMR15 * ANR * 2  # int64 sums of one int15 tile, as words
 
@@ -54,12 +59,22 @@ def avx2_nc(g: IntArgs, cols: Int) -> Int:
     return min(nc, round_up(cols, ANR))
 
 
+def _a_once(k: Int, rows: Int) -> Bool:
+    """Whether a task's rows of A are packed once, before its column chunks (instead
+    of once per chunk: the same copy, made fewer times)."""
+    return round_up(rows, AMR) * _pairs(k) * 4 <= A_ONCE_BYTES
+
+
+def _a_words(k: Int, rows: Int) -> Int:
+    var r = rows if _a_once(k, rows) else avx2_mc(k, rows)
+    return round_up(r, AMR) * _pairs(k)
+
+
 def avx2_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
     """Workspace (32-bit words) of one task."""
     var kp = _pairs(g.k)
     var planes = 2 if g.int15 else 1
-    return (round_up(avx2_mc(g.k, rows), AMR) * kp + planes * avx2_nc(g, cols) * kp
-            + ACC15_WORDS + 16)
+    return _a_words(g.k, rows) + planes * avx2_nc(g, cols) * kp + ACC15_WORDS + 16
 
 
 @always_inline
@@ -159,15 +174,15 @@ def _tile_int8(a: U32Ptr, b: U32Ptr, kp: Int, mut acc: Array[SIMD[DType.int32, A
 
 @always_inline
 def _tile_int15(a: U32Ptr, bh: U32Ptr, bl: U32Ptr, p0: Int, p1: Int,
-                mut h: Array[SIMD[DType.int32, AV], 2 * AMR15], mut l: Array[SIMD[DType.int32, AV], 2 * AMR15]):
+                mut h: Array[SIMD[DType.int32, AV], AMR15], mut l: Array[SIMD[DType.int32, AV], AMR15]):
+    """k-pairs [p0, p1) of AMR15 rows x one AV-column half (bh, bl point at the half)."""
     for p in range(p0, p1):
-        comptime for v in range(2):
-            var vh = bh.unsafe_load[width=AV](p * ANR + v * AV)
-            var vl = bl.unsafe_load[width=AV](p * ANR + v * AV)
-            comptime for i in range(AMR15):
-                var w = a.unsafe_load(p * AMR15 + i)
-                h[2 * i + v] += _madd(w, vh)
-                l[2 * i + v] += _madd(w, vl)
+        var vh = bh.unsafe_load[width=AV](p * ANR)
+        var vl = bl.unsafe_load[width=AV](p * ANR)
+        comptime for i in range(AMR15):
+            var w = a.unsafe_load(p * AMR15 + i)
+            h[i] += _madd(w, vh)
+            l[i] += _madd(w, vl)
 
 
 def avx2_packed_words(n: Int, k: Int, int15: Bool) -> Int:
@@ -192,7 +207,8 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
     var mr = AMR15 if g.int15 else AMR
     var mc_max = avx2_mc(k, i_hi - i_lo)
     var nc_max = avx2_nc(g, j_hi - j_lo)
-    var a_words = round_up(mc_max, AMR) * kp
+    var a_once = _a_once(k, i_hi - i_lo)
+    var a_words = _a_words(k, i_hi - i_lo)
     var b_words = nc_max * kp
     var a_p = ws
     var b_h = ws.unsafe_offset(a_words)
@@ -203,6 +219,10 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
     var blp = I8Ptr(unsafe_from_address=g.b_lo)
     var ea = I32Ptr(unsafe_from_address=g.ea)
     var eb = I32Ptr(unsafe_from_address=g.eb)
+    if a_once:
+        # every row block's panels where the block loop below would pack them (the
+        # blocks start at multiples of mc_max, itself a multiple of mr)
+        pack_a_avx2(g, i_lo, i_hi - i_lo, mr, a_p)
     var jc = j_lo
     while jc < j_hi:
         var nc = min(nc_max, j_hi - jc)
@@ -218,12 +238,15 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
         var ic = i_lo
         while ic < i_hi:
             var mc = min(mc_max, i_hi - ic)
-            pack_a_avx2(g, ic, mc, mr, a_p)
+            var a_blk = a_p.unsafe_offset((ic - i_lo) * kp)
+            if not a_once:
+                a_blk = a_p
+                pack_a_avx2(g, ic, mc, mr, a_p)
             for jp in range(0, nc, ANR):
                 var bph = b_h.unsafe_offset(jp * kp)
                 var bpl = b_l.unsafe_offset(jp * kp)
                 for ip in range(0, mc, mr):
-                    var ap = a_p.unsafe_offset(ip * kp)
+                    var ap = a_blk.unsafe_offset(ip * kp)
                     var rows = min(mr, mc - ip)
                     if not g.int15:
                         var acc = Array[SIMD[DType.int32, AV], 2 * AMR](fill=SIMD[DType.int32, AV](0))
@@ -238,18 +261,19 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
                     else:
                         for q in range(4 * AMR15):  # the hi and lo sums: 4 * AMR15 vectors
                             s64.unsafe_store(q * AV, SIMD[DType.int64, AV](0))
-                        var p0 = 0
-                        while p0 < kp:
-                            var p1 = min(kp, p0 + FLUSH_PAIRS)
-                            var h = Array[SIMD[DType.int32, AV], 2 * AMR15](fill=SIMD[DType.int32, AV](0))
-                            var l = Array[SIMD[DType.int32, AV], 2 * AMR15](fill=SIMD[DType.int32, AV](0))
-                            _tile_int15(ap, bph, bpl, p0, p1, h, l)
-                            comptime for q in range(2 * AMR15):
-                                var hq = s64.unsafe_offset(q * AV)
-                                var lq = s64.unsafe_offset((2 * AMR15 + q) * AV)
-                                hq.unsafe_store(0, hq.unsafe_load[width=AV](0) + h[q].cast[DType.int64]())
-                                lq.unsafe_store(0, lq.unsafe_load[width=AV](0) + l[q].cast[DType.int64]())
-                            p0 = p1
+                        comptime for v in range(2):  # the panel's two AV-column halves
+                            var p0 = 0
+                            while p0 < kp:
+                                var p1 = min(kp, p0 + FLUSH_PAIRS)
+                                var h = Array[SIMD[DType.int32, AV], AMR15](fill=SIMD[DType.int32, AV](0))
+                                var l = Array[SIMD[DType.int32, AV], AMR15](fill=SIMD[DType.int32, AV](0))
+                                _tile_int15(ap, bph.unsafe_offset(v * AV), bpl.unsafe_offset(v * AV), p0, p1, h, l)
+                                comptime for i in range(AMR15):
+                                    var hq = s64.unsafe_offset((2 * i + v) * AV)
+                                    var lq = s64.unsafe_offset((2 * AMR15 + 2 * i + v) * AV)
+                                    hq.unsafe_store(0, hq.unsafe_load[width=AV](0) + h[i].cast[DType.int64]())
+                                    lq.unsafe_store(0, lq.unsafe_load[width=AV](0) + l[i].cast[DType.int64]())
+                                p0 = p1
                         for i in range(rows):
                             var r = ic + ip + i
                             var hs = s64.unsafe_load[width=2 * AV](2 * i * AV)

@@ -23,7 +23,8 @@ integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
             block and within INT_A_BLOCK_BYTES (the block stays in L2 while B streams past),
     INT_PACK_B_BYTES for the packed B chunk
 int_rows.mojo: INT_ROWS_MAX rows, LW int32 lanes a step
-avx2_int.mojo (v3): AVX2_MR (AVX2_MR15 for int15) x AVX2_NR tile of AVX2_V lanes, blocks
+avx2_int.mojo (v3): AVX2_MR x AVX2_NR tile of AVX2_V lanes (int15: AVX2_MR15 x AVX2_V, both
+            halves of a panel in turn), blocks
 amx_int.mojo (amx): AMX_KB k-bytes a tile row, AMX_KC_BLOCKS k-blocks a k-chunk, blocks
 EXPLICIT_FLUSH (not a size): 1 when this build reads subnormal inputs by explicit flushes
     instead of the hardware's DAZ (common/fpstate.mojo); the same bits either way
@@ -62,7 +63,7 @@ comptime INT_ROWS_MAX = 4
 comptime LW = 16
 # AVX2 (v3)
 comptime AVX2_MR = 6
-comptime AVX2_MR15 = 3
+comptime AVX2_MR15 = 6
 comptime AVX2_NR = 16
 comptime AVX2_V = 8
 comptime AVX2_A_BLOCK_BYTES = 256 * 1024
