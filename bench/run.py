@@ -3,7 +3,9 @@
 Each case runs mojolearn and its peer(s) interleaved (ours, peer, ours, peer, ...)
 and reports medians; after a numpy/torch call the run sleeps SETTLE seconds so
 OpenBLAS's busy-waiting worker threads park before the next contender is timed
-(otherwise they steal a core). Results are checked after timing. The table is
+(otherwise they steal a core), and a call shorter than WARM_S is timed warm (one
+untimed call of the same contender right before each timed one), so no contender is
+timed cold because of the pause before it. Results are checked after timing. The table is
 printed and written to bench/results/<vendor>-<box>-<isa>.json (the CPU build that
 ran: mojolearn.cpu_isa(); `make bench` runs once per build this CPU can run) with a
 header (machine, CPU model, ISA, versions, commit, command, date) and a PNG plot
@@ -79,17 +81,33 @@ def timed(fn):
     return now() - t, r
 
 
+# a call shorter than this is timed warm: one untimed call of the same contender runs
+# right before each timed one (see race)
+WARM_S = 0.05
+
+
 def race(contenders, reps, settle_after):
     """contenders: {name: fn}. Interleaved reps; returns {name: (median_s, all)}.
     A thread-pool peer whose workers busy-wait after a call (numpy's OpenBLAS, torch)
-    is followed by a SETTLE pause so it does not steal a core from the next one."""
+    is followed by a SETTLE pause so it does not steal a core from the next one.
+    Every contender is timed in the same state: one whose call takes under WARM_S makes
+    one untimed call right before each timed one, so its threads are awake and its
+    operands cached, whoever ran (or paused) before it. Without this the contender
+    after a SETTLE pause was always timed cold and the one after it always warm: on a
+    2-core AMD Zen 5, a 1x4096x4096 product took 2.40 ms cold and 2.06 ms warm (ours),
+    2.27 and 1.77 ms (numpy), so the order alone moved that ratio from 0.86x to 0.70x."""
     times = {k: [] for k in contenders}
+    warm = set()
     for name, fn in contenders.items():  # warm-up (page faults, caches)
-        fn()
+        dt, _ = timed(fn)
+        if dt < WARM_S:
+            warm.add(name)
         if name in settle_after:
             time.sleep(SETTLE)
     for _ in range(reps):
         for name, fn in contenders.items():
+            if name in warm:
+                fn()
             dt, _ = timed(fn)
             times[name].append(dt)
             if name in settle_after:
@@ -345,7 +363,8 @@ def main(argv=None):
                     "platform": platform.platform()},
         "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
                      "torch": ver("torch"), "python": platform.python_version()},
-        "method": f"medians of {reps} interleaved reps after one warm-up; {SETTLE}s settle after numpy/torch calls; ratio = peer time / mojolearn time (>1: mojolearn faster)",
+        "method": f"medians of {reps} interleaved reps after one warm-up; {SETTLE}s settle after numpy/torch calls; "
+                  f"calls under {WARM_S * 1e3:.0f} ms timed warm (one untimed call of the same contender right before each timed one); ratio = peer time / mojolearn time (>1: mojolearn faster)",
         "peers_pinned": ({"env": PEER_PIN, "why": f"the {isa} build on a CPU that runs a wider build "
                           f"({', '.join(_wider)}): numpy/torch pinned to the {isa} build's ISA, as "
                           "on a machine of that ISA"} if PEER_PIN else None),
