@@ -10,7 +10,7 @@ printed and written to bench/results/<vendor>-<box>-<isa>.json (the CPU build th
 ran: mojolearn.cpu_isa(); `make bench` runs once per build this CPU can run) with a
 header (machine, CPU model, ISA, versions, commit, command, date) and a PNG plot
 beside it. The fixed15_v1 row of mojolearn.profiles.MEASURED is read from those
-files (the row of the build a process runs is preferred).
+files (the row of the build a process runs is preferred, then the row of its machine).
 
     PYTHONPATH=python .venv/bin/python bench/run.py [--quick] [--reps N] [--only SUBSTR]
 """

@@ -511,6 +511,33 @@ def test_load_measured_directory(tmp_path):
     assert P.measured("fixed15_v1", "amd")["over"] == (2.0, 2.5)
 
 
+def test_load_measured_prefers_this_build_then_this_box(tmp_path, monkeypatch):
+    """profiles table (MEASURED): of several CPU rows, the one measured with the build
+    this process runs wins, and among those the one measured on this machine, whatever
+    the order of the files; otherwise the later file."""
+    from mojolearn import _profile_measured as M
+
+    monkeypatch.setattr(M, "_this_isa", lambda: "v4")
+    monkeypatch.setattr(M, "_this_box", lambda: "Box A (Zen 5)")
+
+    def res(name, box, isa, over):
+        return _write(tmp_path, name, {**_results("cpu", box, over), "isa": isa})
+
+    here = res("1.json", "Box A (Zen 5)", "v4", (1.1, 1.2))
+    other_box = res("2.json", "Box B", "v4", (1.3, 1.4))
+    other_isa_here = res("3.json", "Box A (Zen 5)", "v3", (1.5, 1.6))
+    for order in ([here, other_box, other_isa_here], [other_isa_here, other_box, here],
+                  [other_box, here, other_isa_here]):
+        P._load_measured(order)
+        assert P.measured("fixed15_v1", "cpu")["over"] == (1.1, 1.2), order
+    P._load_measured([other_isa_here, other_box])  # no row of this box and build
+    assert P.measured("fixed15_v1", "cpu")["over"] == (1.3, 1.4)
+    later = res("4.json", "Box C", "v4", (1.7, 1.8))
+    P._load_measured([other_box, later])  # equal standing: the later file
+    assert P.measured("fixed15_v1", "cpu")["over"] == (1.7, 1.8)
+    P._load_measured([])
+
+
 def test_measured_none_for_vendor_without_row(tmp_path, monkeypatch):
     """profiles table (MEASURED): a vendor with no row reads None (never another box's number)."""
     P._load_measured([_write(tmp_path, "a.json", _results("nvidia", over=(1.5, 1.8)))])

@@ -163,13 +163,28 @@ def _this_isa():
         return None
 
 
+def _this_box():
+    from ._box import box
+
+    return box()
+
+
+def _rank(row, here):
+    """How close a row's measurement is to this process: the same CPU build first,
+    then the same machine."""
+    return (row.get("isa") is not None and row.get("isa") == here[0],
+            row.get("box") == here[1])
+
+
 def _load_measured(paths) -> dict:
     """Rebuild MEASURED (in place) from ``paths``: result files or folders of
     ``*.json``. Files without 'profiles' are ignored; a malformed file is
     skipped with a warning. Files are read in sorted order within a folder;
     a later file's row replaces an earlier one for the same (profile, vendor),
     except that a row measured with the CPU build this process runs (its 'isa',
-    mojolearn.cpu_isa()) is never replaced by one measured with another build."""
+    mojolearn.cpu_isa()) is never replaced by one measured with another build, and
+    among those a row measured on this machine (its 'box', mojolearn._box.box()) is
+    never replaced by one from another machine."""
     files = []
     for p in paths:
         p = Path(p)
@@ -178,6 +193,7 @@ def _load_measured(paths) -> dict:
         elif p.exists():
             files.append(p)
     table: dict = {}
+    here = (_this_isa(), _this_box())
     for f in files:
         try:
             rows = _parse_file(f)
@@ -191,7 +207,7 @@ def _load_measured(paths) -> dict:
             continue
         for name, vendor, row in rows or ():
             old = table.setdefault(name, {}).get(vendor)
-            if old is not None and old.get("isa") == _this_isa() and row.get("isa") != old.get("isa"):
+            if old is not None and _rank(old, here) > _rank(row, here):
                 continue
             table[name][vendor] = row
     with _lock:

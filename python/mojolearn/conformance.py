@@ -54,6 +54,7 @@ from pathlib import Path
 from . import _array, linalg
 from ._device import vendor
 from ._cpu import cpu_isa
+from ._box import box, core_family  # noqa: F401  (the run's header names the box)
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_CANDIDATES = (
@@ -305,56 +306,6 @@ def _bits16(x: _array.Array) -> _array.Array:
 
 
 # ------------------------------------------------------------------ the run
-# Core families by (vendor, cpu family, model range): a virtual machine's brand string
-# is often generic ("AMD EPYC" on a Zen 3 and on a Zen 5), so the box's name adds the
-# family it reads from cpuid (as /proc/cpuinfo gives it). Unknown ones add the numbers.
-_CORES = (
-    ("AuthenticAMD", 23, range(0x00, 0x30), "Zen"),
-    ("AuthenticAMD", 23, range(0x30, 0x100), "Zen 2"),
-    ("AuthenticAMD", 25, range(0x00, 0x10), "Zen 3"),
-    ("AuthenticAMD", 25, range(0x10, 0x20), "Zen 4"),
-    ("AuthenticAMD", 25, range(0x20, 0x60), "Zen 3"),
-    ("AuthenticAMD", 25, range(0x60, 0xB0), "Zen 4"),
-    ("AuthenticAMD", 26, range(0x00, 0x100), "Zen 5"),
-    ("GenuineIntel", 6, range(0x55, 0x56), "Skylake-SP/Cascade Lake"),
-    ("GenuineIntel", 6, range(0x6A, 0x6B), "Ice Lake-SP"),
-    ("GenuineIntel", 6, range(0x8F, 0x90), "Sapphire Rapids"),
-    ("GenuineIntel", 6, range(0xCF, 0xD0), "Emerald Rapids"),
-    ("GenuineIntel", 6, range(0xAD, 0xAE), "Granite Rapids"),
-)
-
-
-def core_family(vendor_id: str, family: int, model: int) -> str:
-    for v, f, models, name in _CORES:
-        if v == vendor_id and f == family and model in models:
-            return name
-    return f"family {family} model {model}"
-
-
-def box() -> str:
-    """The CPU's brand string, with its core family where the brand does not say it."""
-    name = platform.processor() or platform.machine()
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break                      # the first processor is enough
-                key, _, val = line.partition(":")
-                fields.setdefault(key.strip(), val.strip())
-    except OSError:
-        return name
-    name = fields.get("model name", name)
-    try:
-        core = core_family(fields.get("vendor_id", ""), int(fields["cpu family"]),
-                           int(fields["model"]))
-    except (KeyError, ValueError):
-        return name
-    if core.lower() not in name.lower():
-        name = f"{name} ({core})"
-    return name
-
-
 def load_golden(path=None) -> dict:
     cands = [Path(path)] if path else list(GOLDEN_CANDIDATES)
     for p in cands:
