@@ -144,7 +144,7 @@ def test_choice_is_made_once_per_process():
 def test_box_names_the_core_family():
     """Results files are named after the box: a generic brand ("AMD EPYC" on a Zen 3 and
     on a Zen 5) gets the core family cpuid reports, so two boxes never share a file."""
-    from mojolearn.conformance import box, core_family
+    from mojolearn._box import box, core_family
     assert core_family("AuthenticAMD", 25, 1) == "Zen 3"
     assert core_family("AuthenticAMD", 25, 0x11) == "Zen 4"
     assert core_family("AuthenticAMD", 26, 2) == "Zen 5"
