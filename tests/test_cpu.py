@@ -144,7 +144,7 @@ def test_choice_is_made_once_per_process():
 def test_box_names_the_core_family():
     """Results files are named after the box: a generic brand ("AMD EPYC" on a Zen 3 and
     on a Zen 5) gets the core family cpuid reports, so two boxes never share a file."""
-    from mojolearn._box import box, core_family
+    from mojolearn._box import box, core_family, cpuinfo
     assert core_family("AuthenticAMD", 25, 1) == "Zen 3"
     assert core_family("AuthenticAMD", 25, 0x11) == "Zen 4"
     assert core_family("AuthenticAMD", 26, 2) == "Zen 5"
@@ -152,15 +152,10 @@ def test_box_names_the_core_family():
     assert core_family("GenuineIntel", 6, 0x3C) == "family 6 model 60"
     name = box()
     assert name
+    fields = cpuinfo()
     try:
-        fields = {}
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if not line.strip():
-                break
-            k, _, v = line.partition(":")
-            fields.setdefault(k.strip(), v.strip())
         core = core_family(fields["vendor_id"], int(fields["cpu family"]), int(fields["model"]))
-    except (OSError, KeyError, ValueError):
+    except (KeyError, ValueError):
         pytest.skip("no /proc/cpuinfo family and model to read")
     assert name.startswith(fields["model name"])
     assert core.lower() in name.lower()

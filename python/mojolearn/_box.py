@@ -32,9 +32,8 @@ def core_family(vendor_id: str, family: int, model: int) -> str:
     return f"family {family} model {model}"
 
 
-def box() -> str:
-    """The CPU's brand string, with its core family where the brand does not say it."""
-    name = platform.processor() or platform.machine()
+def cpuinfo() -> dict:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
     fields = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -44,8 +43,14 @@ def box() -> str:
                 key, _, val = line.partition(":")
                 fields.setdefault(key.strip(), val.strip())
     except OSError:
-        return name
-    name = fields.get("model name", name)
+        pass
+    return fields
+
+
+def box() -> str:
+    """The CPU's brand string, with its core family where the brand does not say it."""
+    fields = cpuinfo()
+    name = fields.get("model name", platform.processor() or platform.machine())
     try:
         core = core_family(fields.get("vendor_id", ""), int(fields["cpu family"]),
                            int(fields["model"]))

@@ -54,7 +54,7 @@ from pathlib import Path
 from . import _array, linalg
 from ._device import vendor
 from ._cpu import cpu_isa
-from ._box import box, core_family  # noqa: F401  (the run's header names the box)
+from ._box import box
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_CANDIDATES = (
