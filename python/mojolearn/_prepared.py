@@ -50,11 +50,14 @@ def _alloc(nbytes: int):
     """Anonymous memory for the panels: ((mmap, its ctypes view), aligned address).
     Large blocks are asked for as transparent huge pages (as numpy does for its large
     arrays) and aligned to 2 MiB: a prepared weight is read front to back on every
-    call, and 4 KiB pages would cost a TLB miss every 4 KiB of the stream."""
+    call, and 4 KiB pages would cost a TLB miss every 4 KiB of the stream. The mapping
+    is private: Python's mmap maps anonymous memory SHARED by default, and Linux gives
+    shared anonymous memory huge pages only under its shmem setting (usually "never"),
+    so a shared mapping silently got 4 KiB pages whatever madvise asked."""
     import mmap
 
     align = _HUGE if nbytes >= _HUGE else _ALIGN
-    mm = mmap.mmap(-1, nbytes + align)
+    mm = mmap.mmap(-1, nbytes + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if align == _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             mm.madvise(mmap.MADV_HUGEPAGE)
