@@ -1,7 +1,7 @@
 """The mojolearn extension module: one entry per kernel, taking plain integers
 (addresses, sizes, task count) from the Python layer, which has already
 validated every argument. Each entry computes through common.tasks.run_tasks,
-the one helper that releases the GIL, runs the tasks on MAX's worker pool and sets
+the one helper that releases the GIL, runs the tasks on the Mojo runtime's worker pool and sets
 the contract floating-point state (DAZ on, FTZ off, round to nearest) around every
 step, restoring the previous one.
 """

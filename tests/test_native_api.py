@@ -128,9 +128,9 @@ def test_table_is_well_formed():
 def test_one_helper_runs_every_cpu_entry():
     """Every CPU entry computes through common/tasks.mojo's run_tasks, the one place that
     releases the GIL, sets the contract floating-point state and runs the worker pool:
-    no other CPU source calls PyEval_SaveThread or parallelize."""
+    no other CPU source calls PyEval_SaveThread or starts tasks (parallelize, TaskGroup)."""
     helper = MOJO / "common" / "tasks.mojo"
-    pat = re.compile(r"PyEval_SaveThread|\bparallelize\(")
+    pat = re.compile(r"PyEval_SaveThread|\bparallelize\(|\bTaskGroup\(")
     code = lambda t: re.sub(r"#[^\n]*", "", re.sub(r'"""(.*?)"""', "", t, flags=re.S))
     others = [str(p.relative_to(ROOT)) for p in _mojo_files("cpu")
               if p != helper and pat.search(code(p.read_text()))]

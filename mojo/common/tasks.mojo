@@ -1,7 +1,7 @@
 """How work is split across tasks and run. Splits depend on sizes and the task count
 only; no result depends on them (every kernel's order is fixed by its contract)."""
 from std.python import Python
-from max.algorithm import parallelize
+from std.runtime._asyncrt import TaskGroup
 from common.fpstate import enter_contract_mode, leave_contract_mode
 
 
@@ -26,7 +26,8 @@ def run_tasks[
     P: def() -> None, F: def(Int) -> None, A: def() -> None
 ](prepare: P, work: F, tasks: Int, finish: A):
     """The one way an entry runs its kernels: release the GIL; prepare() on the calling
-    thread; work(0) .. work(tasks - 1) on MAX's worker pool (inline when tasks == 1);
+    thread; work(0) .. work(tasks - 1) as tasks of one TaskGroup on the Mojo runtime's
+    worker pool, the caller waiting (inline when tasks == 1);
     finish() on the calling thread once every task has returned; then take the GIL
     back. Every step runs under the contract's floating-point state (common.fpstate:
     DAZ on, or off in the explicit-flush build, FTZ off, round to nearest, exceptions
@@ -46,7 +47,26 @@ def run_tasks[
     if tasks == 1:
         work(0)
     else:
-        parallelize(task, tasks)
+        # A bare TaskGroup, not max.algorithm.parallelize: parallelize makes a CPU
+        # DeviceContext, a trace scope and a denormal-flush scope around every call
+        # and task. On a 2-core Zen 5, in one process with the same bits, the bare
+        # group ran a 1x576x576 prepared product in 0.19 ms against 0.52 ms, and
+        # SmolLM2-135M greedy decode in 26.7 ms a token against 39.2 ms.
+        @__parameter
+        @always_inline
+        def one(i: Int):
+            task(i)
+
+        @always_inline
+        @__parameter
+        __async def as_task(i: Int):
+            one(i)
+
+        var group = TaskGroup()
+        for i in range(tasks):
+            group.create_task(as_task(i))
+        group.wait()
+        _ = task  # alive until every task has run (the closure reads it by reference)
     finish()
     leave_contract_mode(old)
     cpy.PyEval_RestoreThread(st)
