@@ -50,8 +50,10 @@ def run_tasks[
         # A bare TaskGroup, not max.algorithm.parallelize: parallelize makes a CPU
         # DeviceContext, a trace scope and a denormal-flush scope around every call
         # and task. On a 2-core Zen 5, in one process with the same bits, the bare
-        # group ran a 1x576x576 prepared product in 0.19 ms against 0.52 ms, and
-        # SmolLM2-135M greedy decode in 26.7 ms a token against 39.2 ms.
+        # group ran a 1x576x576 prepared product in 0.062 ms against 0.079 ms and
+        # SmolLM2-135M greedy decode in 20.3 against 21.7 ms a token on a quiet
+        # machine; 0.19 against 0.52 ms and 26.7 against 39.2 ms while other jobs
+        # loaded it.
         @__parameter
         @always_inline
         def one(i: Int):
