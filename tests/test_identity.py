@@ -207,6 +207,68 @@ def test_concurrent_python_threads():
         assert all(ex.map(job, cases))
 
 
+_FORK = textwrap.dedent("""
+    import os, sys, warnings
+    import numpy as np
+    import mojolearn
+    from mojolearn import linalg
+
+    mojolearn.set_num_threads(2)
+    r = np.random.default_rng(5)
+    a = r.standard_normal((300, 257)).astype(np.float32)
+    b = r.standard_normal((257, 190)).astype(np.float32)
+    bt = np.ascontiguousarray(b.T)
+
+    def products():
+        p = linalg.prepare(bt, transpose_b=True)
+        outs = (linalg.matmul(a, b), linalg.matmul(a[:1], p, transpose_b=True),
+                linalg.matmul_int8(a, bt), linalg.to_bf16(a))
+        return [np.asarray(o).tobytes() for o in outs]
+
+    def child(expect_warning, ref):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = products()
+            got2 = products()
+        forked = [x for x in w if "forked" in str(x.message)]
+        ok = (ref is None or got == ref) and got == got2
+        ok = ok and len(forked) == (1 if expect_warning else 0)
+        ok = ok and mojolearn.get_num_threads() == 2
+        os._exit(0 if ok else 3)
+
+    def fork_and_wait(expect_warning, ref):
+        pid = os.fork()
+        if pid == 0:
+            child(expect_warning, ref)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+    # before any multi-task call: the child starts worker threads of its own
+    print(fork_and_wait(False, None))
+    ref = products()  # starts this process's worker threads
+    # after it: the child has none; its calls must run as one task, not wait forever
+    print(fork_and_wait(True, ref))
+""")
+
+
+def test_forked_child_runs_with_the_same_bits():
+    """A process forked after a multi-task call inherits the Mojo runtime's state but
+    not its worker threads: a multi-task call there used to wait forever. Such a child
+    now runs every kernel as one task (6.5: the same bits), warns once, and still
+    reports the configured thread count; a child forked before any such call keeps
+    its threads and stays silent. The whole run has a time limit, so a hang fails."""
+    env = dict(os.environ)
+    env.pop("MOJOLEARN_NUM_THREADS", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT)] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    try:
+        p = subprocess.run([sys.executable, "-c", _FORK], env=env, cwd=str(ROOT),
+                           capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a forked child's kernel call did not return within 180 s")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["0", "0"], (p.stdout, p.stderr[-3000:])
+
+
 # ---------------------------------------------------------------- layouts (identity only)
 @pytest.mark.parametrize("m,k,n", [(4, 5000, 300), (200, 3000, 150), (33, 20000, 65)], ids=str)
 def test_layouts_identical_on_larger_shapes(m, k, n):

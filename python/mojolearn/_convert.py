@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ._array import Array, empty
 from ._native_loader import native
-from ._threads import get_num_threads
+from ._threads import tasks
 from ._validate import buf, contiguous
 
 __all__ = [
@@ -23,7 +23,7 @@ def to_bf16(x) -> Array:
     b = buf(x, "to_bf16", "x", ("float32",))
     out = empty("uint16", b.shape, func="to_bf16", zero=False)
     if b.size:
-        native().to_bf16((b.addr, out.address, b.size, get_num_threads()))
+        native().to_bf16((b.addr, out.address, b.size, tasks()))
     return out
 
 
@@ -32,7 +32,7 @@ def from_bf16(bits) -> Array:
     b = buf(bits, "from_bf16", "bits", ("uint16",))
     out = empty("float32", b.shape, func="from_bf16", zero=False)
     if b.size:
-        native().from_bf16((b.addr, out.address, b.size, get_num_threads()))
+        native().from_bf16((b.addr, out.address, b.size, tasks()))
     return out
 
 
@@ -43,7 +43,7 @@ def quantize_int8(x):
     codes = empty("int8", (m, k), func="quantize_int8")
     exps = empty("int32", (m,), func="quantize_int8")
     if m:
-        native().quantize_int8((b.addr, codes.address, exps.address, m, k, get_num_threads()))
+        native().quantize_int8((b.addr, codes.address, exps.address, m, k, tasks()))
     return codes, exps
 
 
@@ -56,7 +56,7 @@ def quantize_int15(x):
     exps = empty("int32", (m,), func="quantize_int15")
     if m:
         native().quantize_int15(
-            (b.addr, hi.address, lo.address, exps.address, m, k, get_num_threads())
+            (b.addr, hi.address, lo.address, exps.address, m, k, tasks())
         )
     return hi, lo, exps
 
@@ -80,7 +80,7 @@ def dequantize_int8(codes, exponents) -> Array:
     e = contiguous(e, "dequantize_int8", "exponents")
     out = empty("float32", (m, k), func="dequantize_int8")
     if m and k:
-        native().dequantize_int8((c.addr, e.addr, out.address, m, k, get_num_threads()))
+        native().dequantize_int8((c.addr, e.addr, out.address, m, k, tasks()))
     return out
 
 
@@ -101,6 +101,6 @@ def dequantize_int15(hi, lo, exponents) -> Array:
     out = empty("float32", (m, k), func="dequantize_int15")
     if m and k:
         native().dequantize_int15(
-            (h.addr, l.addr, e.addr, out.address, m, k, get_num_threads())
+            (h.addr, l.addr, e.addr, out.address, m, k, tasks())
         )
     return out

@@ -27,7 +27,7 @@ import ctypes
 
 from . import _cpu
 from ._native_loader import blocking, cpu_native
-from ._threads import get_num_threads
+from ._threads import tasks
 from ._validate import buf, contiguous
 
 LAYOUT = "nr-panels/1"  # pack_b_all: panel q = columns [q*NR, q*NR+NR) for kk in 0..k
@@ -226,7 +226,7 @@ def _prepare_int(b, transpose_b):
     if n and k:
         pl = parts["planes"]
         cpu_native().gemm_int_pack((pl[0], pl[-1], n, k, int(nplanes == 2), parts["packed"],
-                                    get_num_threads()))
+                                    tasks()))
     del bufs  # alive until copied
     return p
 
@@ -273,6 +273,6 @@ def prepare(b, *, transpose_b=None, **unexpected):
                             npan * nr * k)
     if n and k:
         cpu_native().gemm_f32_pack((bb.addr, p._addr, n, k, int(transpose_b),
-                                    int(bb.dtype == "uint16"), get_num_threads()))
+                                    int(bb.dtype == "uint16"), tasks()))
     del bb  # alive until the packing returned
     return p

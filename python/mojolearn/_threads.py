@@ -4,7 +4,9 @@
 the default is every core this process may run on. The count never changes a
 result's bits, only how the work is divided. It is an int from 1 to
 ``MAX_THREADS`` (1024): a larger value is refused when it is set, not later by
-the first kernel call.
+the first kernel call. In a process forked from one that had already run a
+multi-task kernel call, calls run as one task whatever the count (``tasks``, with
+one warning): the runtime's worker threads are not inherited across a fork.
 """
 from __future__ import annotations
 
@@ -12,6 +14,15 @@ import os
 
 ENV = "MOJOLEARN_NUM_THREADS"
 MAX_THREADS = 1024
+
+# A call given more than one task starts the Mojo runtime's worker threads (once per
+# process). A process forked after that inherits the runtime's state but not its
+# threads, and a multi-task call there would wait for them forever. So a child forked
+# after such a call runs every kernel as one task: the same bits (the task count never
+# changes them), on one core, with one warning that says why.
+_pool_may_run = False  # this process gave a kernel call more than one task
+_fork_child_without_pool = False
+_fork_warned = False
 _n: int | None = None
 
 
@@ -69,3 +80,40 @@ def set_num_threads(n: int) -> int:
         prev = None
     _n = v
     return prev
+
+
+def tasks() -> int:
+    """The task count a kernel call is given: ``get_num_threads()``, or 1 in a process
+    forked from one that had started the kernel worker threads (see above)."""
+    global _pool_may_run, _fork_warned
+    n = get_num_threads()
+    if n > 1:
+        if _fork_child_without_pool:
+            if not _fork_warned:
+                _fork_warned = True
+                import sys
+                import warnings
+
+                level, f, pkg = 2, sys._getframe(1), os.path.dirname(os.path.abspath(__file__))
+                while f is not None and os.path.abspath(f.f_code.co_filename).startswith(pkg):
+                    f, level = f.f_back, level + 1  # point at the first caller outside mojolearn
+                warnings.warn(
+                    f"mojolearn: this process was forked from one that had started the "
+                    f"kernels' worker threads, which a forked process does not inherit; "
+                    f"kernels here run as one task instead of {n} (the same bits, one "
+                    f"core). For every core in a child process, start it with "
+                    f"multiprocessing's 'spawn' or 'forkserver' method",
+                    RuntimeWarning, stacklevel=level)
+            return 1
+        _pool_may_run = True
+    return n
+
+
+def _after_fork_in_child():
+    global _fork_child_without_pool
+    if _pool_may_run:
+        _fork_child_without_pool = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

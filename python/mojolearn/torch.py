@@ -85,7 +85,7 @@ import torch as _torch
 
 from . import linalg as _linalg
 from ._native_loader import cpu_native as _native  # the nn_* entries are the CPU build's
-from ._threads import get_num_threads as _threads
+from ._threads import tasks as _threads
 
 __all__ = ["identical", "enable", "disable", "is_enabled", "COVERED", "REFUSED",
            "ELEMENTWISE_COVERED", "calls", "gpu_covered"]

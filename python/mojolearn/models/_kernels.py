@@ -11,7 +11,7 @@ import struct
 import numpy as np
 
 from .._native_loader import cpu_native as native  # the models run on the CPU in this version
-from .._threads import get_num_threads
+from .._threads import tasks
 from .. import _gemm
 
 
@@ -32,7 +32,7 @@ def gemm_nt(x, ldx_rows: int, w, out, *, w_bf16: bool = False):
         return out
     wa, wn = _gemm._ws()
     need = native().gemm_f32((
-        _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), get_num_threads(),
+        _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), tasks(),
         _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
@@ -56,7 +56,7 @@ def gemm_prepared(x, ldx_rows: int, p, out):
         return out
     wa, wn = _gemm._ws()
     need = native().gemm_f32_packed((
-        _a(x), p._addr, _a(out), m, n, k, 0, 0, get_num_threads(), _gemm.sabotage_arg(), wa, wn,
+        _a(x), p._addr, _a(out), m, n, k, 0, 0, tasks(), _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)
@@ -69,7 +69,7 @@ def quantize15(x, m: int, k: int):
     lo = np.empty((m, k), dtype=np.int8)
     e = np.empty((m,), dtype=np.int32)
     if m and k:
-        native().quantize_int15((_a(x), _a(hi), _a(lo), _a(e), m, k, get_num_threads()))
+        native().quantize_int15((_a(x), _a(hi), _a(lo), _a(e), m, k, tasks()))
     return hi, lo, e
 
 
@@ -91,7 +91,7 @@ def gemm_int15(xq, p, out, m: int, n: int, k: int):
     hi, lo = parts["planes"]
     need = native().gemm_int15_packed((
         _a(xq[0]), _a(xq[1]), _a(xq[2]), hi, lo, parts["exps"], parts["packed"], _a(out),
-        m, n, k, get_num_threads(), _gemm.sabotage_arg(), wa, wn,
+        m, n, k, tasks(), _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)
@@ -100,13 +100,13 @@ def gemm_int15(xq, p, out, m: int, n: int, k: int):
 
 def to_bf16(w):
     out = np.empty(w.shape, dtype=np.uint16)
-    native().to_bf16((_a(w), _a(out), w.size, get_num_threads()))
+    native().to_bf16((_a(w), _a(out), w.size, tasks()))
     return out
 
 
 def from_bf16(bits):
     out = np.empty(bits.shape, dtype=np.float32)
-    native().from_bf16((_a(bits), _a(out), bits.size, get_num_threads()))
+    native().from_bf16((_a(bits), _a(out), bits.size, tasks()))
     return out
 
 
@@ -116,7 +116,7 @@ def int8_roundtrip(w):
     codes = np.empty((m, k), dtype=np.int8)
     e = np.empty((m,), dtype=np.int32)
     out = np.empty((m, k), dtype=np.float32)
-    t = get_num_threads()
+    t = tasks()
     native().quantize_int8((_a(w), _a(codes), _a(e), m, k, t))
     native().dequantize_int8((_a(codes), _a(e), _a(out), m, k, t))
     return out
@@ -124,13 +124,13 @@ def int8_roundtrip(w):
 
 def gather(table, ids, out):
     rows = ids.size
-    native().nn_gather((_a(table), _a(ids), _a(out), rows, table.shape[1], get_num_threads()))
+    native().nn_gather((_a(table), _a(ids), _a(out), rows, table.shape[1], tasks()))
     return out
 
 
 def rmsnorm(x, w, eps_bits: int, out):
     rows, d = x.shape
-    native().nn_rmsnorm((_a(x), d, _a(w), _a(out), d, rows, d, eps_bits, get_num_threads()))
+    native().nn_rmsnorm((_a(x), d, _a(w), _a(out), d, rows, d, eps_bits, tasks()))
     return out
 
 
@@ -138,7 +138,7 @@ def rope_table(npos: int, head_dim: int, theta_bits: int):
     half = head_dim // 2
     cos = np.empty((npos, half), dtype=np.float32)
     sin = np.empty((npos, half), dtype=np.float32)
-    native().nn_rope_table((_a(cos), _a(sin), npos, head_dim, theta_bits, get_num_threads()))
+    native().nn_rope_table((_a(cos), _a(sin), npos, head_dim, theta_bits, tasks()))
     return cos, sin
 
 
@@ -147,14 +147,14 @@ def rope(src, src_off: int, lds: int, dst, ldd: int, dhs: int, n_heads: int, hea
     """Rotate n_heads heads starting at column src_off of each row of src."""
     native().nn_rope((
         _a(src) + 4 * src_off, lds, _a(dst), ldd, dhs, n_heads, head_dim, _a(cos), _a(sin),
-        pos0, length, rows, int(transposed), tmax, get_num_threads(),
+        pos0, length, rows, int(transposed), tmax, tasks(),
     ))
 
 
 def silu_mul(gu, ff: int, out):
     rows = gu.shape[0]
     native().nn_silu_mul((_a(gu), _a(gu) + 4 * ff, gu.shape[1], _a(out), ff, ff, rows,
-                          get_num_threads()))
+                          tasks()))
     return out
 
 
@@ -162,7 +162,7 @@ def add(x, y, out):
     """out = x + y (same shapes), or y a 1-D row added to every row of x."""
     rows, n = x.shape
     ldy = 0 if y.ndim == 1 else y.shape[1]
-    native().nn_add((_a(x), n, _a(y), ldy, _a(out), n, n, rows, get_num_threads()))
+    native().nn_add((_a(x), n, _a(y), ldy, _a(out), n, n, rows, tasks()))
     return out
 
 
@@ -170,7 +170,7 @@ def attention(q, ldq: int, kt, v, out, batch: int, length: int, n_heads: int, n_
               head_dim: int, pos0: int, tmax: int, fixed15: bool):
     native().nn_attention((
         _a(q), ldq, _a(kt), _a(v), _a(out), batch, length, n_heads, n_kv, head_dim, pos0,
-        tmax, int(fixed15), get_num_threads(),
+        tmax, int(fixed15), tasks(),
     ))
     return out
 
@@ -199,7 +199,7 @@ def softmax_rows(x, *, log: bool = False):
     rows = x.size // n if n else 0
     out = np.empty_like(x)
     if rows and n:
-        native().nn_softmax((_a(x), _a(out), rows, n, int(log), get_num_threads()))
+        native().nn_softmax((_a(x), _a(out), rows, n, int(log), tasks()))
     return out
 
 
@@ -209,5 +209,5 @@ def mean_rows(x):
     rows = x.size // n if n else 0
     out = np.empty(x.shape[:-1], dtype=np.float32)
     if rows and n:
-        native().nn_mean((_a(x), _a(out), rows, n, get_num_threads()))
+        native().nn_mean((_a(x), _a(out), rows, n, tasks()))
     return out
