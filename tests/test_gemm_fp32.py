@@ -529,3 +529,66 @@ def test_block_table_is_consistent():
     assert t["MC"] % t["MR"] == 0 and t["MC"] > t["MR"] >= 1
     assert t["IMR"] >= 1 and t["INR"] % 16 == 0
     assert {MC - 1, MC, MC + 1, 2 * MR} <= set(EDGE_MS)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 300, 7), (5, 129, 33), (150, 257, 40)])
+def test_column_major_operands_read_in_place(m, k, n, monkeypatch):
+    """7, 6.5: an operand laid out column-major (numpy's ``x.T`` of a C-ordered array,
+    what ``matmul(x, w.T)`` passes) is read where it lies as the transpose of a
+    C-contiguous array, its flag flipped, with the bits of the copied call; copied
+    only where the flip would ask for both transposes or where it overlaps ``out``."""
+    from mojolearn import _validate
+
+    copies = []
+    real = _validate.to_array
+    monkeypatch.setattr(_validate, "to_array", lambda obj, **kw: copies.append(kw["arg"]) or real(obj, **kw))
+    a, b = normal(m, k), normal(k, n)
+    exp = oracle(a, b)
+    af = np.asfortranarray(a)  # (m, k), column-major
+    bf = np.asfortranarray(b)
+    cases = [
+        ("a F-order, NN", (af, b), {}, []),
+        ("b F-order, NN", (a, bf), {}, []),
+        ("b.T of (n,k) data, NN", (a, np.ascontiguousarray(b.T).T), {}, []),
+        ("a.T view, TN", (np.ascontiguousarray(a).T.T.T, b), {"transpose_a": True}, []),
+        ("b F-order (n,k), NT", (a, np.asfortranarray(b.T)), {"transpose_b": True}, []),
+        ("a F-order (k,m), TN", (np.asfortranarray(a.T), b), {"transpose_a": True}, []),
+        # both flips would be TT (section 7): one operand is copied
+        ("both F-order, NN", (af, bf), {}, ["b"]),
+        ("a F-order, NT", (af, np.ascontiguousarray(b.T)), {"transpose_b": True}, ["a"]),
+        # a flipped NT operand frees the other's flip: no copy
+        ("a F-order, b F-order (n,k), NT", (af, np.asfortranarray(b.T)), {"transpose_b": True}, []),
+    ]
+    for what, (x, y), kw, copied in cases:
+        copies.clear()
+        if m == 1:  # a (1, k) is C-contiguous in either order: b's flip is free
+            copied = []
+        assert_same_bits(linalg.matmul(x, y, **kw), exp, what)
+        assert copies == copied, (what, copies)
+    # bf16f32.v1 takes the same route
+    bb = linalg.to_bf16(b)
+    exp16 = np.asarray(linalg.matmul_bf16(a, np.ascontiguousarray(bb)))
+    copies.clear()
+    assert_same_bits(linalg.matmul_bf16(af, np.asfortranarray(np.asarray(bb))), exp16, "bf16 both F-order")
+    assert copies == ([] if m == 1 else ["b"])
+    copies.clear()
+    assert_same_bits(linalg.matmul_bf16(a, np.asarray(bb).T.copy().T), exp16, "bf16 b.T view")
+    assert copies == []
+
+
+def test_column_major_operand_overlapping_out_is_copied():
+    """7: an out that shares memory with a column-major operand: that operand is
+    copied first (as before), so the product is the one of the inputs as passed."""
+    k = 37
+    store = normal(k, k)
+    b = normal(k, k)
+    a = store.T  # column-major view of the memory out will receive
+    exp = oracle(np.ascontiguousarray(a), b)
+    r = linalg.matmul(a, b, out=store)
+    assert r is store
+    assert_same_bits(store, exp, "out over a's memory")
+    store2 = normal(k, k)
+    a2 = normal(k, k)
+    exp2 = oracle(a2, np.ascontiguousarray(store2.T))
+    linalg.matmul(a2, store2.T, out=store2)
+    assert_same_bits(store2, exp2, "out over b's memory")

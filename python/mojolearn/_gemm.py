@@ -14,6 +14,7 @@ import threading
 from ._array import Array, empty
 from ._native_loader import native
 from ._threads import tasks
+from ._buffers import Buf
 from ._validate import buf, contiguous, out_buf
 from . import _convert
 from ._prepared import PreparedWeight
@@ -178,6 +179,45 @@ def _in_place(named):
     return tuple((n, b) for n, b in named if b is not None and b.c_contiguous)
 
 
+def _stored_transposed(b):
+    """A host operand laid out column-major (numpy's ``x.T`` of a C-ordered array,
+    torch's ``w.t()``) as the C-contiguous array it is the transpose of, or None."""
+    if b.ndim != 2 or b.c_contiguous or not b.pinned or b.device is not None:
+        return None
+    t = Buf(b.addr, b.dtype, tuple(reversed(b.shape)), tuple(reversed(b.strides)),
+            b.readonly, b.keep, b.pinned, b.device)
+    return t if t.c_contiguous else None
+
+
+def _read_transposed(ab, bb, transpose_a, transpose_b, ob):
+    """A column-major operand is read where it lies, as its C-contiguous transpose with
+    its transpose flag flipped (``matmul(x, w.T)`` runs as ``matmul(x, w,
+    transpose_b=True)``), instead of being copied: the same bits (fp32.v1's order
+    depends on k only, 6.5). Not where that would ask for both transposes (section 7)
+    or where the operand overlaps ``out`` (the copy keeps such a call right)."""
+    olo = ohi = None
+    if ob is not None:
+        olo, ohi = _span(ob)
+    for _ in range(2):  # flipping one operand can free the other's flip
+        for which in ("a", "b"):
+            x = ab if which == "a" else bb
+            t = _stored_transposed(x)
+            if t is None:
+                continue
+            ta, tb = (not transpose_a, transpose_b) if which == "a" else (transpose_a, not transpose_b)
+            if ta and tb:
+                continue
+            if olo is not None:
+                lo, hi = _span(x)
+                if lo < ohi and olo < hi:
+                    continue
+            if which == "a":
+                ab, transpose_a = t, ta
+            else:
+                bb, transpose_b = t, tb
+    return ab, bb, transpose_a, transpose_b
+
+
 def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extra):
     _no_extra(func, extra, "(a, b, *, transpose_a=False, transpose_b=False, out=None)")
     # every refusal first (no copy, no allocation), then copies, then the result
@@ -186,6 +226,7 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extr
     bb = buf(b, func, "b", b_dtypes, ndim=2, copy=False)
     m, n, k = _shapes(func, ab.shape, bb.shape, transpose_a, transpose_b)
     ob = _out(func, out, m, n)
+    ab, bb, transpose_a, transpose_b = _read_transposed(ab, bb, transpose_a, transpose_b, ob)
     _no_overlap(func, ob, _in_place((("a", ab), ("b", bb))))
     if not (m and n):
         return _result(func, out, ob, m, n)[0]
@@ -213,7 +254,9 @@ def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected
     Leading dimensions are batches (rule 7.1): ``a`` (..., m, k) with a 2-D ``b``
     gives (..., m, n) with the bits of the reshaped 2-D call; a ``b`` with leading
     dimensions multiplies batch by batch, broadcasting as numpy's ``matmul``.
-    Inputs: buffers, ``__array_interface__`` or DLPack tensors (torch, JAX, ...)."""
+    Inputs: buffers, ``__array_interface__`` or DLPack tensors (torch, JAX, ...). A
+    column-major 2-D operand (``matmul(x, w.T)``) is read in place as the transpose
+    of a C-contiguous array (the same bits); other strided operands are copied."""
     return _staged_out("matmul", out, lambda o: _run_f32_nd(
         "matmul", a, b, transpose_a, transpose_b, o, ("float32",), ("float32",), unexpected))
 
