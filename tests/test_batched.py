@@ -111,3 +111,36 @@ def test_batched_refusals(call, part):
     with pytest.raises((ValueError, TypeError)) as ei:
         call()
     assert str(ei.value).startswith("mojolearn: matmul:") and part in str(ei.value)
+
+
+def test_batched_with_column_major_2d_operand_read_in_place(monkeypatch):
+    """7.1 / 7 / 6.5: beside a batched operand, a 2-D column-major one (``x @ w.T`` with
+    x (batch, m, k), a Linear layer's weight) is read in place with its flag flipped,
+    not copied, and the bits are those of the contiguous call; where the flip would
+    ask for both transposes it is copied."""
+    from mojolearn import _validate
+
+    copies = []
+    real = _validate.to_array
+    monkeypatch.setattr(_validate, "to_array", lambda obj, **kw: copies.append(kw["arg"]) or real(obj, **kw))
+    x = rnd(2, 3, 5, 300)
+    w = rnd(7, 300)                     # (n, k), as checkpoints store it
+    ref = linalg.matmul(x, w, transpose_b=True)
+    copies.clear()
+    assert bits(linalg.matmul(x, w.T)) == bits(ref)
+    assert copies == []
+    wt = np.asfortranarray(w)           # (n, k) column-major, with transpose_b
+    assert bits(linalg.matmul(x, wt, transpose_b=True)) == bits(ref)
+    assert copies == []
+    # a 2-D column-major a beside a batched b: flipped to TN
+    a = rnd(5, 300)
+    b = rnd(4, 300, 6)
+    ref2 = linalg.matmul(a, b)
+    copies.clear()
+    assert bits(linalg.matmul(np.asfortranarray(a), b)) == bits(ref2)
+    assert copies == []
+    # transpose_a on the batched a and a column-major 2-D b: TT is not a layout, b is copied
+    xt = np.ascontiguousarray(np.swapaxes(x, -1, -2))   # (2, 3, 300, 5)
+    copies.clear()
+    assert bits(linalg.matmul(xt, w.T, transpose_a=True)) == bits(ref)
+    assert copies == ["b"]

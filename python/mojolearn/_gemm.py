@@ -347,15 +347,17 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
     if ra.ndim <= 2 and rb.ndim <= 2:
         return _run_f32(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_dtypes, {})
     transpose_a, transpose_b = _layout(func, transpose_a, transpose_b)
-    ab = buf(ra, func, "a", a_dtypes)
-    bb = buf(rb, func, "b", b_dtypes)
+    ab = buf(ra, func, "a", a_dtypes, copy=False)
+    bb = buf(rb, func, "b", b_dtypes, copy=False)
     m, n, k, batch, pa, pb, shape = _nd_plan(
         func, ab, bb, transpose_a, transpose_b, " when the other operand has batch dimensions")
-    if out is None:
-        res, ob = empty("float32", shape, func=func, zero=False), None
-    else:
-        res, ob = out, out_buf(out, func, "float32", shape)
-    _no_overlap(func, ob, (("a", ab), ("b", bb)))
+    ob = None if out is None else out_buf(out, func, "float32", shape)
+    # a 2-D column-major operand (x @ w.T with x batched) is read in place, as in _run_f32
+    ab, bb, transpose_a, transpose_b = _read_transposed(ab, bb, transpose_a, transpose_b, ob)
+    _no_overlap(func, ob, _in_place((("a", ab), ("b", bb))))
+    ab = contiguous(ab, func, "a")
+    bb = contiguous(bb, func, "b")
+    res = empty("float32", shape, func=func, zero=False) if out is None else out
     caddr = ob.addr if ob is not None else res.address
     a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
     calls = _nd_calls(ab, bb, caddr, m, n, k, batch, pa, pb, transpose_a)
