@@ -21,7 +21,9 @@ from convert.cpu.quant import (
 )
 from gemm.cpu.entry import register_gemm
 from gemm.cpu.prepared import register_prepared
-from gemm.cpu.blocking import block_table
+from gemm.cpu.blocking import block_table, W
+from gemm.cpu.pack_f32 import transpose_sq
+from std.collections import Array
 from transformer.cpu.entry import register_nn
 from transformer.gpu.cpu_run import register_nn_gpu_reference
 from gemm.gpu.cpu_run import register_gemm_gpu_reference
@@ -155,6 +157,37 @@ def _copy2d[T: DType](src: Int, dst: Int, rows: Int, cols: Int, s0: Int, s1: Int
         i0 += TB
 
 
+def _copy2d_colmajor32(src: Int, dst: Int, rows: Int, cols: Int, s1: Int):
+    """_copy2d for 4-byte elements stored column by column (element (i, j) at
+    src + 4 i + j s1: numpy's x.T of a C-ordered array): W x W blocks, each read as W
+    contiguous column pieces, transposed in registers and written as W contiguous row
+    pieces; the edges element by element. The element-wise tiles of _copy2d touch a
+    cache line per element on one side, and with a power-of-two stride all of them
+    fall in one cache set."""
+    var d = Pointer[Scalar[DType.uint32], MutAnyOrigin](unsafe_from_address=dst)
+    var i0 = 0
+    while i0 + W <= rows:
+        var j0 = 0
+        while j0 + W <= cols:
+            var r = Array[SIMD[DType.uint32, W], W](fill=SIMD[DType.uint32, W](0))
+            comptime for jj in range(W):
+                r[jj] = Pointer[Scalar[DType.uint32], MutAnyOrigin](
+                    unsafe_from_address=src + 4 * i0 + (j0 + jj) * s1).unsafe_load[width=W](0)
+            transpose_sq(r)
+            comptime for ii in range(W):
+                d.unsafe_store((i0 + ii) * cols + j0, r[ii])
+            j0 += W
+        for i in range(i0, i0 + W):
+            for j in range(j0, cols):
+                var s = Pointer[Scalar[DType.uint32], MutAnyOrigin](unsafe_from_address=src + 4 * i + j * s1)
+                d.unsafe_store(i * cols + j, s.unsafe_load(0))
+        i0 += W
+    for i in range(i0, rows):
+        for j in range(cols):
+            var s = Pointer[Scalar[DType.uint32], MutAnyOrigin](unsafe_from_address=src + 4 * i + j * s1)
+            d.unsafe_store(i * cols + j, s.unsafe_load(0))
+
+
 def strided_copy(args: PythonObject) raises -> PythonObject:
     """Arguments: (src, dst, itemsize, ndim, shape list, byte strides list): C-order gather."""
     var src = _arg(args, 0)
@@ -174,6 +207,9 @@ def strided_copy(args: PythonObject) raises -> PythonObject:
         var cols = shape[1] if nd == 2 else shape[0]
         var s0 = strides[0] if nd == 2 else 0
         var s1 = strides[1] if nd == 2 else strides[0]
+        if isz == 4 and s0 == 4 and nd == 2:
+            _copy2d_colmajor32(src, dst_addr, rows, cols, s1)
+            return PythonObject(None)
         if isz == 4:
             _copy2d[DType.uint32](src, dst_addr, rows, cols, s0, s1)
             return PythonObject(None)

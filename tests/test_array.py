@@ -277,3 +277,32 @@ class Iface2:
     def __init__(self):
         self._a = np.zeros((2, 2), dtype=np.float32)
         self.__array_interface__ = dict(self._a.__array_interface__)
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 40), (40, 1), (7, 9), (8, 8), (15, 17), (16, 16),
+                                       (17, 33), (31, 64), (64, 31), (100, 70), (257, 129)])
+def test_strided_copy_of_column_major_and_strided_views(rows, cols):
+    """7: every copy made of a strided input (mojolearn._buffers.to_array, the Mojo
+    strided_copy) holds the bits of numpy's copy: column-major 4-byte views (the
+    in-register block transpose; shapes on both sides of its 8 / 16 blocks), with a
+    padded column stride, other strides and other item sizes (NaN payloads, -0.0 and
+    subnormals kept)."""
+    from mojolearn._buffers import to_array
+
+    base = RNG.integers(0, 2**32, size=(cols + 3, rows + 5), dtype=np.uint32)
+    base[0, : min(rows, 4)] = [0x7FC01234, 0x80000000, 0x00000001, 0xFF800000][: min(rows, 4)]
+    base = base.view(np.int32)
+    views = {
+        "F-order int32": np.asfortranarray(base[:cols, :rows].T),
+        "x.T with a padded column stride": base[:cols, :rows].T,
+        "float32 bits, x.T": base[:cols, :rows].view(np.float32).T,
+        "every other column": base[:cols, : rows + 5 : 2].T,
+        "negative steps": base[:cols, :rows][::-1, ::-1].T,
+        "int16 x.T": base.view(np.int16)[:cols, :rows].T,
+        "int8 x.T": base.view(np.int8)[:cols, :rows].T,
+        "float64 x.T": RNG.standard_normal((cols + 3, rows + 5))[:cols, :rows].T,
+    }
+    for what, v in views.items():
+        got = to_array(v, func="test", arg="x")
+        assert got.shape == v.shape, what
+        assert np.ascontiguousarray(v).tobytes() == bytes(memoryview(got).cast("B")), what
