@@ -433,3 +433,30 @@ def test_panels_are_private_memory_that_may_get_huge_pages():
             f"THP mode {mode.strip()!r}, yet the panels' mapping is not eligible for huge pages")
     x = rnd(4, 1, 1024)
     assert_same_bits(linalg.matmul(x, p, transpose_b=True), linalg.matmul(x, w, transpose_b=True))
+
+
+@pytest.mark.parametrize("n,k", [(1, 70), (NR - 1, 129), (3 * NR + 5, 300)])
+def test_column_major_weight_packed_where_it_lies(n, k, monkeypatch):
+    """6.5 / 7: prepare of a column-major weight (numpy's w.T, float32 or bf16 bits)
+    packs it from where it lies, without a copy: the panels (pickled bytes) and the
+    products equal those of its contiguous copy, and the record keeps the shape and
+    flag the caller passed."""
+    from mojolearn import _validate
+
+    copies = []
+    real = _validate.to_array
+    monkeypatch.setattr(_validate, "to_array", lambda obj, **kw: copies.append(kw["arg"]) or real(obj, **kw))
+    w = rnd(31, n, k)                                      # (n, k) C-ordered
+    a = rnd(32, 5, k)
+    for view, tb in ((w.T, False), (np.asfortranarray(w), True)):
+        ref = linalg.prepare(np.ascontiguousarray(view), transpose_b=tb)
+        copies.clear()
+        p = linalg.prepare(view, transpose_b=tb)
+        assert copies == []
+        assert p.shape == view.shape and p.transpose_b is tb
+        assert pickle.dumps(p) == pickle.dumps(ref)
+        assert_same_bits(linalg.matmul(a, p, transpose_b=tb),
+                         linalg.matmul(a, np.ascontiguousarray(view), transpose_b=tb), f"tb={tb}")
+    wb = linalg.to_bf16(w)
+    pb = linalg.prepare(np.asarray(wb).T, transpose_b=False)
+    assert pickle.dumps(pb) == pickle.dumps(linalg.prepare(np.ascontiguousarray(np.asarray(wb).T)))

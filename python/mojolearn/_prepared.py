@@ -254,7 +254,7 @@ def prepare(b, *, transpose_b=None, **unexpected):
     process's CPU build: about ``b``'s float32 size for a float b (columns padded to the
     panel width); for a quantized b, the codes packed for this build's integer kernel
     plus the codes and exponents as given (about twice the codes' bytes)."""
-    from ._gemm import _flag, _no_extra
+    from ._gemm import _flag, _no_extra, _stored_transposed
 
     func = "prepare"
     _no_extra(func, unexpected, "(b, *, transpose_b=False)")
@@ -264,15 +264,21 @@ def prepare(b, *, transpose_b=None, **unexpected):
         return _prepare_int(b, transpose_b)
     transpose_b = bool(transpose_b)
     bb = buf(b, func, "b", ("float32", "uint16"), ndim=2, copy=False)
-    bb = contiguous(bb, func, "b")
+    shape = bb.shape
+    n, k = shape if transpose_b else shape[::-1]
+    # a column-major b (numpy's w.T) is packed from where it lies, read as the
+    # C-contiguous transpose it is (the panels are the same; no copy)
+    stored, pack_t = _stored_transposed(bb), not transpose_b
+    if stored is None:
+        stored, pack_t = contiguous(bb, func, "b"), transpose_b
+    bb = stored
     isa = _cpu.cpu_isa()
     nr = build_nr()
-    n, k = bb.shape if transpose_b else bb.shape[::-1]
     npan = (n + nr - 1) // nr
-    p = PreparedWeight._new(bb.shape, transpose_b, PROFILES[bb.dtype], isa, nr, LAYOUT,
+    p = PreparedWeight._new(shape, transpose_b, PROFILES[bb.dtype], isa, nr, LAYOUT,
                             npan * nr * k)
     if n and k:
-        cpu_native().gemm_f32_pack((bb.addr, p._addr, n, k, int(transpose_b),
+        cpu_native().gemm_f32_pack((bb.addr, p._addr, n, k, int(pack_t),
                                     int(bb.dtype == "uint16"), tasks()))
     del bb  # alive until the packing returned
     return p
