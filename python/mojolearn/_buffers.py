@@ -61,7 +61,7 @@ _TYPESTR_KIND = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "compl
 class Buf:
     """A read view of a caller's memory (see module docstring)."""
 
-    __slots__ = ("addr", "dtype", "shape", "strides", "readonly", "keep", "pinned", "device")
+    __slots__ = ("addr", "dtype", "shape", "strides", "readonly", "keep", "pinned", "device", "_cc")
 
     def __init__(self, addr, dtype, shape, strides, readonly, keep, pinned=True, device=None):
         self.addr = addr
@@ -77,6 +77,7 @@ class Buf:
         # None for host memory; (DLPack device type, device id) for a device tensor
         # read with device_ok=True (its address is only valid on that device)
         self.device = device
+        self._cc = None  # c_contiguous, computed on first use (shape and strides are fixed)
 
     @property
     def ndim(self) -> int:
@@ -95,12 +96,16 @@ class Buf:
 
     @property
     def c_contiguous(self) -> bool:
-        expect = self.itemsize
-        for d, s in zip(reversed(self.shape), reversed(self.strides)):
-            if d != 1 and s != expect:
-                return False
-            expect *= d
-        return True
+        if self._cc is None:
+            cc = True
+            expect = self.itemsize
+            for d, s in zip(reversed(self.shape), reversed(self.strides)):
+                if d != 1 and s != expect:
+                    cc = False
+                    break
+                expect *= d
+            self._cc = cc
+        return self._cc
 
 
 _ITEMSIZE = {
@@ -117,6 +122,9 @@ def _dtype_name(kind: str, size: int) -> str:
     if kind == "complex":
         return f"complex{8 * size}"
     return f"{kind}{8 * size}"
+
+
+_FORMAT_NAMES = {}  # (struct format, itemsize) -> _from_format's name, as met
 
 
 def _from_format(fmt: str, itemsize: int) -> str:
@@ -260,7 +268,10 @@ def read(obj, *, func: str, arg: str, lists: bool = False, device_ok: bool = Fal
     if mv is not None:
         if mv.suboffsets:
             raise TypeError(f"mojolearn: {func}: {arg} is an indirect (PIL-style) buffer")
-        dtype = _from_format(mv.format, mv.itemsize)
+        fk = (mv.format, mv.itemsize)
+        dtype = _FORMAT_NAMES.get(fk)
+        if dtype is None:
+            dtype = _FORMAT_NAMES.setdefault(fk, _from_format(*fk))
         shape = tuple(mv.shape) if mv.shape is not None else (mv.nbytes,)
         strides = tuple(mv.strides) if mv.strides is not None else (1,)
         addr = _address(mv) if mv.nbytes else 0

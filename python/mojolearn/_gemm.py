@@ -14,7 +14,7 @@ import threading
 from ._array import Array, empty
 from ._native_loader import native
 from ._threads import tasks
-from ._buffers import Buf
+from ._buffers import Buf, read
 from ._validate import buf, contiguous, out_buf
 from . import _convert
 from ._prepared import PreparedWeight
@@ -153,8 +153,6 @@ def _staged_out(func, out, compute):
     ``out`` and copied into it afterwards, under the GIL. Any other out is passed on."""
     if out is None:
         return compute(None)
-    from ._buffers import read
-
     o = read(out, func=func, arg="out", device_ok=True)
     if o.pinned or o.device is not None:
         return compute(out)
@@ -195,6 +193,8 @@ def _read_transposed(ab, bb, transpose_a, transpose_b, ob):
     transpose_b=True)``), instead of being copied: the same bits (fp32.v1's order
     depends on k only, 6.5). Not where that would ask for both transposes (section 7)
     or where the operand overlaps ``out`` (the copy keeps such a call right)."""
+    if ab.c_contiguous and bb.c_contiguous:  # the usual call: nothing to read otherwise
+        return ab, bb, transpose_a, transpose_b
     olo = ohi = None
     if ob is not None:
         olo, ohi = _span(ob)
@@ -333,8 +333,6 @@ def _nd_calls(ab, bb, caddr, m, n, k, batch, pa, pb, transpose_a):
 def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extra):
     """``_run_f32`` with leading batch dimensions (rule 7.1); 2-D calls go straight
     through. Each operand is read once (a DLPack capsule can only be consumed once)."""
-    from ._buffers import read
-
     _no_extra(func, extra, "(a, b, *, transpose_a=False, transpose_b=False, out=None)")
     if isinstance(b, PreparedWeight):
         return _run_prepared(func, a, b, transpose_a, transpose_b, out, a_dtypes)

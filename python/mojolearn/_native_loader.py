@@ -11,6 +11,7 @@ import importlib
 import os
 
 from . import _cpu
+from ._device import backend_module
 
 _mod = None
 
@@ -18,8 +19,6 @@ _mod = None
 def native():
     """The extension module serving kernel calls: the GPU build when the device
     selection (mojolearn._device) sends calls there, else the CPU build."""
-    from ._device import backend_module
-
     gpu = backend_module()
     if gpu is not None:
         return gpu
