@@ -396,19 +396,31 @@ def test_attention_kernel_head_groups(profile, shape, edit):
     _attention_vs_oracle(q, k, v, B, L, nh, kvh, hd, pos0, profile, f"{shape} {edit}")
 
 
-@pytest.mark.parametrize("n", [1, 7, 64, 300])
+@pytest.mark.parametrize("n", [1, 7, 15, 16, 17, 33, 64, 300])
 def test_softmax_log_softmax_mean_rows(n):
     """M-28 M-29 M-30: softmax, log_softmax and mean over rows (the torch mode's
-    kernels) against the oracle, with NaN, inf, -inf and subnormal entries."""
+    kernels, W lanes a step with the tails element-wise: n on both sides of 8 and 16)
+    against the oracle, with NaN, inf, -inf and subnormal entries, a row of -inf, a
+    zero maximum of either sign alone (log_softmax then reaches logf(1) = +0) and
+    +0 and -0 as maxima together (its sign is not promised and must not show)."""
     from mojolearn.models import _kernels as K
 
     rng = np.random.default_rng(n)
-    x = (rng.standard_normal((5, n)) * 10).astype(np.float32)
+    x = (rng.standard_normal((10, n)) * 10).astype(np.float32)
     x[1, 0] = np.nan
     x[2, -1] = -np.inf
     x[3, 0] = np.float32(1e-40)
     if n > 1:
         x[4, 1] = np.inf
+    x[5] = -np.inf
+    x[6] = -300.0
+    x[6, n // 2] = -0.0                    # the maximum, alone: den = 1
+    x[7] = -300.0
+    x[7, -1] = 0.0
+    x[8] = -300.0
+    x[8, 0] = -0.0
+    x[8, -1] = 0.0                         # +0 and -0 both the maximum (n > 1)
+    x[9] = -1e-40                          # subnormals: read as -0
     for log in (False, True):
         assert_same_bits(K.softmax_rows(x, log=log), MO.softmax_rows(x, log=log), f"log={log}")
     assert_same_bits(K.mean_rows(x), MO.mean_rows(x), "mean")

@@ -12,7 +12,7 @@ from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from arith.fp import ftz, is_nan, daz_in
-from arith.tree import chain_step_daz
+from arith.tree import chain_step_daz, serial_add_daz
 from arith.elementary import mul, sqrt_rn, expf, logf, powf, sin_cos
 from common.ptr import U32Ptr
 
@@ -164,33 +164,69 @@ def elementwise(op: Int, src: F32Ptr, dst: F32Ptr, n0: Int, n1: Int):
 def softmax_rows(x: F32Ptr, dst: F32Ptr, n: Int, log: Bool, r0: Int, r1: Int):
     """M-28 softmax / M-29 log_softmax of each row of n: mx the row maximum (a NaN
     anywhere gives NaN), e_j = expf(add(x_j, -mx)), den a serial sum ascending;
-    softmax w_j = div(e_j, den); log_softmax y_j = add(add(x_j, -mx), -logf(den))."""
+    softmax w_j = div(e_j, den); log_softmax y_j = add(add(x_j, -mx), -logf(den)).
+    W lanes a step for the maximum, expf and the division; den is one chain per row
+    (serial_add_daz, flushed once at the end: the same bits as a flush per step).
+    Which zero a row maximum of +0 and -0 together is does not matter: e_j is then 1
+    for both zeros (den >= 2, so logf(den) != 0) and x_j + -mx is x_j for every other
+    x_j, so the lane-wise maximum gives the bits of a scan in order."""
+    var ninf = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))[0]
     for r in range(r0, r1):
         var xr = x.unsafe_offset(r * n)
         var o = dst.unsafe_offset(r * n)
-        var mx = F1(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))[0])
-        var nan = False
-        for j in range(n):
+        var mxv = FW(ninf)
+        var nanv = SIMD[DType.bool, W](fill=False)
+        var j = 0
+        while j + W <= n:
+            var v = ftz(xr.unsafe_load[width=W](j))
+            nanv = nanv | is_nan(v)
+            mxv = max(mxv, v)
+            j += W
+        var mx = F1(mxv.reduce_max())
+        var nan = nanv.reduce_or()
+        while j < n:
             var v = ftz(F1(xr.unsafe_load(j)))
             if is_nan(v)[0]:
                 nan = True
             elif v > mx:
                 mx = v
+            j += 1
         if nan:
             mx = F1(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0x7FC00000))[0])
+        var negmx = FW(-mx[0])
+        # e_j into dst (overwritten again below for log_softmax), den in order
         var den = F1(0)
-        for j in range(n):
-            var e = ftz(expf(ftz(ftz(F1(xr.unsafe_load(j))) + (-mx))))
-            if not log:
-                o.unsafe_store(j, e[0])
-            den = ftz(den + e)
+        j = 0
+        while j + W <= n:
+            var e = ftz(expf(ftz(ftz(xr.unsafe_load[width=W](j)) + negmx)))
+            o.unsafe_store(j, e)
+            comptime for l in range(W):
+                den = serial_add_daz[1](den, F1(e[l]))
+            j += W
+        while j < n:
+            var e = ftz(expf(ftz(ftz(F1(xr.unsafe_load(j))) + F1(negmx[0]))))
+            o.unsafe_store(j, e[0])
+            den = serial_add_daz[1](den, e)
+            j += 1
+        den = ftz(den)
         if log:
-            var lse = logf(den)
-            for j in range(n):
-                o.unsafe_store(j, ftz(ftz(ftz(F1(xr.unsafe_load(j))) + (-mx)) + (-lse))[0])
+            var nlse = FW(-logf(den)[0])
+            j = 0
+            while j + W <= n:
+                o.unsafe_store(j, ftz(ftz(ftz(xr.unsafe_load[width=W](j)) + negmx) + nlse))
+                j += W
+            while j < n:
+                o.unsafe_store(j, ftz(ftz(ftz(F1(xr.unsafe_load(j))) + F1(negmx[0])) + F1(nlse[0]))[0])
+                j += 1
         else:
-            for j in range(n):
+            var dv = FW(den[0])
+            j = 0
+            while j + W <= n:
+                o.unsafe_store(j, ftz(o.unsafe_load[width=W](j) / dv))
+                j += W
+            while j < n:
                 o.unsafe_store(j, ftz(F1(o.unsafe_load(j)) / den)[0])
+                j += 1
 
 
 def mean_rows(x: F32Ptr, dst: F32Ptr, n: Int, r0: Int, r1: Int):
