@@ -188,6 +188,20 @@ def _copy2d_colmajor32(src: Int, dst: Int, rows: Int, cols: Int, s1: Int):
             d.unsafe_store(i * cols + j, s.unsafe_load(0))
 
 
+def _copy2d_any(src: Int, dst: Int, rows: Int, cols: Int, s0: Int, s1: Int, isz: Int):
+    """One C-order rows x cols copy of items of isz bytes (1, 2, 4 or 8)."""
+    if isz == 4 and s0 == 4 and rows > 1:
+        _copy2d_colmajor32(src, dst, rows, cols, s1)
+    elif isz == 4:
+        _copy2d[DType.uint32](src, dst, rows, cols, s0, s1)
+    elif isz == 2:
+        _copy2d[DType.uint16](src, dst, rows, cols, s0, s1)
+    elif isz == 1:
+        _copy2d[DType.uint8](src, dst, rows, cols, s0, s1)
+    else:
+        _copy2d[DType.uint64](src, dst, rows, cols, s0, s1)
+
+
 def strided_copy(args: PythonObject) raises -> PythonObject:
     """Arguments: (src, dst, itemsize, ndim, shape list, byte strides list): C-order gather."""
     var src = _arg(args, 0)
@@ -202,26 +216,27 @@ def strided_copy(args: PythonObject) raises -> PythonObject:
         shape.append(Int(py=args[4][d]))
         strides.append(Int(py=args[5][d]))
         total *= shape[d]
-    if nd == 2 or nd == 1:
-        var rows = shape[0] if nd == 2 else 1
-        var cols = shape[1] if nd == 2 else shape[0]
-        var s0 = strides[0] if nd == 2 else 0
-        var s1 = strides[1] if nd == 2 else strides[0]
-        if isz == 4 and s0 == 4 and nd == 2:
-            _copy2d_colmajor32(src, dst_addr, rows, cols, s1)
-            return PythonObject(None)
-        if isz == 4:
-            _copy2d[DType.uint32](src, dst_addr, rows, cols, s0, s1)
-            return PythonObject(None)
-        elif isz == 2:
-            _copy2d[DType.uint16](src, dst_addr, rows, cols, s0, s1)
-            return PythonObject(None)
-        elif isz == 1:
-            _copy2d[DType.uint8](src, dst_addr, rows, cols, s0, s1)
-            return PythonObject(None)
-        elif isz == 8:
-            _copy2d[DType.uint64](src, dst_addr, rows, cols, s0, s1)
-            return PythonObject(None)
+    if (nd >= 1) and (isz == 1 or isz == 2 or isz == 4 or isz == 8):
+        # the last two dimensions as one 2-D copy per index of the leading ones
+        var rows = shape[nd - 2] if nd >= 2 else 1
+        var cols = shape[nd - 1]
+        var s0 = strides[nd - 2] if nd >= 2 else 0
+        var s1 = strides[nd - 1]
+        var lead = List[Int](length=max(nd - 2, 0), fill=0)
+        var mats = total // max(rows * cols, 1) if rows * cols > 0 else 0
+        for t in range(mats):
+            var off = 0
+            for d in range(nd - 2):
+                off += lead[d] * strides[d]
+            _copy2d_any(src + off, dst_addr + t * rows * cols * isz, rows, cols, s0, s1, isz)
+            var d = nd - 3
+            while d >= 0:
+                lead[d] += 1
+                if lead[d] < shape[d]:
+                    break
+                lead[d] = 0
+                d -= 1
+        return PythonObject(None)
     var idx = List[Int](length=nd, fill=0)
     var o = 0
     for _ in range(total):

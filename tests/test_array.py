@@ -306,3 +306,24 @@ def test_strided_copy_of_column_major_and_strided_views(rows, cols):
         got = to_array(v, func="test", arg="x")
         assert got.shape == v.shape, what
         assert np.ascontiguousarray(v).tobytes() == bytes(memoryview(got).cast("B")), what
+
+
+@pytest.mark.parametrize("shape,perm", [((3, 40, 17), (0, 2, 1)), ((2, 3, 33, 16), (0, 2, 1, 3)),
+                                        ((2, 3, 16, 33), (1, 0, 3, 2)), ((4, 1, 9), (2, 1, 0)),
+                                        ((2, 0, 5), (0, 2, 1)), ((5,), (0,))])
+def test_strided_copy_of_batched_views(shape, perm):
+    """7: the copy of an n-D strided input (one 2-D copy per index of the leading
+    dimensions: torch's attention layouts, permuted, sliced, reversed, broadcast) holds
+    numpy's bytes for 1-, 2-, 4- and 8-byte items."""
+    from mojolearn._buffers import to_array
+
+    for dt in (np.int8, np.int16, np.float32, np.int32, np.float64):
+        base = RNG.integers(-100, 100, size=shape).astype(dt)
+        views = {"permuted": base.transpose(perm), "reversed": base.transpose(perm)[..., ::-1],
+                 "every other": base.transpose(perm)[..., ::2]}
+        if len(shape) >= 2:
+            views["broadcast"] = np.broadcast_to(base.transpose(perm)[..., :1], base.transpose(perm).shape)
+        for what, v in views.items():
+            got = to_array(v, func="test", arg="x")
+            assert got.shape == v.shape, (dt, what)
+            assert np.ascontiguousarray(v).tobytes() == np.asarray(got).tobytes(), (dt, what)
