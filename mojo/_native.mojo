@@ -223,7 +223,7 @@ def strided_copy(args: PythonObject) raises -> PythonObject:
         var s0 = strides[nd - 2] if nd >= 2 else 0
         var s1 = strides[nd - 1]
         var lead = List[Int](length=max(nd - 2, 0), fill=0)
-        var mats = total // max(rows * cols, 1) if rows * cols > 0 else 0
+        var mats = total // (rows * cols) if rows * cols > 0 else 0
         for t in range(mats):
             var off = 0
             for d in range(nd - 2):

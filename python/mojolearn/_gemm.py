@@ -124,16 +124,21 @@ def _span(b):
     return lo, hi + b.itemsize
 
 
+def _overlaps(x, y) -> bool:
+    """Whether two Bufs' spans of memory share a byte."""
+    xlo, xhi = _span(x)
+    ylo, yhi = _span(y)
+    return xlo < yhi and ylo < xhi
+
+
 def _no_overlap(func, ob, inputs):
     """`out` is written while the inputs are still being read: refuse any overlap."""
     if ob is None:
         return
-    olo, ohi = _span(ob)
     for name, b in inputs:
         if b is None:
             continue
-        lo, hi = _span(b)
-        if lo < ohi and olo < hi:
+        if _overlaps(b, ob):
             raise ValueError(
                 f"mojolearn: {func}: out overlaps the memory of {name}; the product is "
                 "written while its inputs are read, so pass a separate out (or none)"
@@ -195,9 +200,6 @@ def _read_transposed(ab, bb, transpose_a, transpose_b, ob):
     or where the operand overlaps ``out`` (the copy keeps such a call right)."""
     if ab.c_contiguous and bb.c_contiguous:  # the usual call: nothing to read otherwise
         return ab, bb, transpose_a, transpose_b
-    olo = ohi = None
-    if ob is not None:
-        olo, ohi = _span(ob)
     for _ in range(2):  # flipping one operand can free the other's flip
         for which in ("a", "b"):
             x = ab if which == "a" else bb
@@ -207,10 +209,8 @@ def _read_transposed(ab, bb, transpose_a, transpose_b, ob):
             ta, tb = (not transpose_a, transpose_b) if which == "a" else (transpose_a, not transpose_b)
             if ta and tb:
                 continue
-            if olo is not None:
-                lo, hi = _span(x)
-                if lo < ohi and olo < hi:
-                    continue
+            if ob is not None and _overlaps(x, ob):
+                continue
             if which == "a":
                 ab, transpose_a = t, ta
             else:
