@@ -113,16 +113,11 @@ def test_batched_refusals(call, part):
     assert str(ei.value).startswith("mojolearn: matmul:") and part in str(ei.value)
 
 
-def test_batched_with_column_major_2d_operand_read_in_place(monkeypatch):
+def test_batched_with_column_major_2d_operand_read_in_place(copies):
     """7.1 / 7 / 6.5: beside a batched operand, a 2-D column-major one (``x @ w.T`` with
     x (batch, m, k), a Linear layer's weight) is read in place with its flag flipped,
     not copied, and the bits are those of the contiguous call; where the flip would
     ask for both transposes it is copied."""
-    from mojolearn import _validate
-
-    copies = []
-    real = _validate.to_array
-    monkeypatch.setattr(_validate, "to_array", lambda obj, **kw: copies.append(kw["arg"]) or real(obj, **kw))
     x = rnd(2, 3, 5, 300)
     w = rnd(7, 300)                     # (n, k), as checkpoints store it
     ref = linalg.matmul(x, w, transpose_b=True)

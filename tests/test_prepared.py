@@ -436,16 +436,11 @@ def test_panels_are_private_memory_that_may_get_huge_pages():
 
 
 @pytest.mark.parametrize("n,k", [(1, 70), (NR - 1, 129), (3 * NR + 5, 300)])
-def test_column_major_weight_packed_where_it_lies(n, k, monkeypatch):
+def test_column_major_weight_packed_where_it_lies(n, k, copies):
     """6.5 / 7: prepare of a column-major weight (numpy's w.T, float32 or bf16 bits)
     packs it from where it lies, without a copy: the panels (pickled bytes) and the
     products equal those of its contiguous copy, and the record keeps the shape and
     flag the caller passed."""
-    from mojolearn import _validate
-
-    copies = []
-    real = _validate.to_array
-    monkeypatch.setattr(_validate, "to_array", lambda obj, **kw: copies.append(kw["arg"]) or real(obj, **kw))
     w = rnd(31, n, k)                                      # (n, k) C-ordered
     a = rnd(32, 5, k)
     for view, tb in ((w.T, False), (np.asfortranarray(w), True)):
