@@ -105,3 +105,33 @@ def daz_in(x: SIMD) -> type_of(x):
 def is_nan(x: SIMD) -> SIMD[DType.bool, x.length]:
     comptime w = x.length
     return rebind[SIMD[DType.bool, x.length]](_is_nan[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+
+comptime F64_2M149_BITS: UInt64 = 874 << 52  # the float64 2**-149 (a float32 subnormal's step)
+
+
+@always_inline
+def widen_exact[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float64, w]:
+    """The float64 of x, exact for every float32, subnormals included: a conversion
+    instruction reads a subnormal as zero under DAZ, so a zero or subnormal lane is
+    built from its significand instead (significand * 2**-149: an exact integer
+    conversion and an exact product)."""
+    var b = bitcast[DType.uint32, w](x)
+    var step = bitcast[DType.float64, 1](SIMD[DType.uint64, 1](F64_2M149_BITS))[0]
+    var m = (b & 0x007FFFFF).cast[DType.float64]() * step
+    var small = (b & INF_BITS).eq(0)
+    var neg = (b & SIGN_BITS).ne(0)
+    return small.select(neg.select(-m, m), x.cast[DType.float64]())
+
+
+@always_inline
+def sub_unflushed[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: M-32
+    a - b as one IEEE float32 subtraction (round to nearest even) with subnormal
+    operands and results kept, whatever the floating-point state: the float64
+    difference of the exact widenings, rounded to float32. float64 carries more than
+    2 * 24 + 2 bits, so its rounding never changes the float32 one (the double
+    rounding of a sum is innocuous); the float64 difference of two float32s is never
+    subnormal (DAZ cannot touch it), and FTZ is off under the contract state."""
+    return (widen_exact[w](a) - widen_exact[w](b)).cast[DType.float32]()

@@ -82,6 +82,7 @@ ENTRIES = (
     Entry("nn_attn_scale", ("head_dim",), "cpu", "int"),
     Entry("nn_softmax", ("x", "out", "rows", "n", "log", "tasks"), "cpu"),
     Entry("nn_mean", ("x", "out", "rows", "n", "tasks"), "cpu"),
+    Entry("nn_sample_rows", ("x", "rows", "n", "r", "out"), "cpu"),
     # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
     Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                "b_bf16"), "cpu"),

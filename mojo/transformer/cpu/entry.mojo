@@ -8,7 +8,7 @@ from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, I64Ptr, ptr_f32
 from common.fpstate import enter_contract_mode, leave_contract_mode
 from common.tasks import chunk_bounds, run_tasks
-from transformer.cpu.ops import gather_rows, rmsnorm_rows, rope_table_rows, rope_rows, silu_mul_rows, add_rows, elementwise, softmax_rows, mean_rows
+from transformer.cpu.ops import gather_rows, rmsnorm_rows, rope_table_rows, rope_rows, silu_mul_rows, add_rows, elementwise, softmax_rows, mean_rows, sample_rows
 from transformer.cpu.attention import AttnArgs, attn_unit, attn_ws_floats, attn_scale
 
 
@@ -221,7 +221,25 @@ def nn_mean(args: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
+def nn_sample_rows(args: PythonObject) raises -> PythonObject:
+    """(x, rows, n, r, out): M-32, the sampled token of each row of n float32 logits
+    (n >= 1) with its float64 draw r[i], into out[i] (int64)."""
+    var x = ptr_f32(_arg(args, 0))
+    var rows = _arg(args, 1)
+    var n = _arg(args, 2)
+    var r = _arg(args, 3)
+    var o = I64Ptr(unsafe_from_address=_arg(args, 4))
+    var e = unsafe_alloc[Float32](max(1, n), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    def work(t: Int) {imm x, imm rows, imm n, imm r, imm o, imm e}:
+        sample_rows(x, n, r, o, e, 0, rows)
+
+    run_tasks(work, 1)
+    e.unsafe_free()
+    return PythonObject(None)
+
+
 def register_nn(mut m: PythonModuleBuilder) raises:
+    m.def_function[nn_sample_rows]("nn_sample_rows")
     m.def_function[nn_softmax]("nn_softmax")
     m.def_function[nn_mean]("nn_mean")
     m.def_function[nn_gather]("nn_gather")

@@ -11,7 +11,7 @@ from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
-from arith.fp import ftz, is_nan, daz_in
+from arith.fp import ftz, is_nan, daz_in, widen_exact, sub_unflushed
 from arith.tree import chain_step_daz, serial_add_daz
 from arith.elementary import mul, sqrt_rn, expf, logf, powf, sin_cos
 from common.ptr import U32Ptr
@@ -236,3 +236,60 @@ def mean_rows(x: F32Ptr, dst: F32Ptr, n: Int, r0: Int, r1: Int):
         for j in range(n):
             acc = ftz(acc + ftz(F1(x.unsafe_load(r * n + j))))
         dst.unsafe_store(r, ftz(acc / F1(Float32(n)))[0])
+
+
+# ------------------------------------------------------------------ M-32 (sampling)
+@always_inline
+def _order_key[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.int32, w]:
+    """An int32 in the order of the float32 values (not NaN), subnormals by their
+    value, +0 and -0 equal: the magnitude's bits, negated for a negative sign."""
+    var b = bitcast[DType.uint32, w](x)
+    var mag = (b & 0x7FFFFFFF).cast[DType.int32]()
+    return (b >> 31).ne(0).select(-mag, mag)
+
+
+def sample_rows(x: F32Ptr, n: Int, r: Int, picks: I64Ptr, e: F32Ptr, r0: Int, r1: Int):
+    """M-32: the sampled token of rows [r0, r1) of x (rows of n >= 1), with the
+    float64 draw r[i] of row i (r the address of the float64 draws); e holds n floats
+    of scratch. mx the row maximum compared exactly (subnormals as they are; a NaN
+    anywhere makes it NaN), e_j = expf(sub_unflushed(x_j, mx)), c_j the float64
+    running sum of the e_j ascending (each widened exactly), u = r * c_{n-1}; the
+    token is the first j with u < c_j, or n - 1 when there is none or u is NaN.
+    The maximum, the differences and expf run W lanes a step; the running sums are
+    one float64 chain, in order."""
+    var rp = Pointer[Float64, MutAnyOrigin](unsafe_from_address=r)
+    var nv = n // W * W
+    for i in range(r0, r1):
+        var row = x.unsafe_offset(i * n)
+        var kmax = SIMD[DType.int32, W](Int32.MIN)
+        var any_nan = False
+        for j in range(0, nv, W):
+            var v = row.unsafe_load[width=W](j)
+            any_nan = any_nan or is_nan(v).reduce_or()
+            kmax = max(kmax, _order_key[W](v))
+        var km = kmax.reduce_max()
+        for j in range(nv, n):
+            var v = F1(row.unsafe_load(j))
+            any_nan = any_nan or is_nan(v)[0]
+            km = max(km, _order_key[1](v)[0])
+        var pick = n - 1
+        if not any_nan:
+            var mb = UInt32(km) if km >= 0 else UInt32(0x80000000) | UInt32(-km)
+            var mx = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](mb))[0]
+            var mxw = FW(mx)
+            for j in range(0, nv, W):
+                e.unsafe_store(j, expf(daz_in(sub_unflushed[W](row.unsafe_load[width=W](j), mxw))))
+            for j in range(nv, n):
+                e.unsafe_store(j, expf(daz_in(sub_unflushed[1](F1(row.unsafe_load(j)), F1(mx))))[0])
+            var total = Float64(0)
+            for j in range(n):
+                total = total + widen_exact[1](F1(e.unsafe_load(j)))[0]
+            var u = rp.unsafe_offset(i)[] * total
+            if u == u:  # not NaN
+                var c = Float64(0)
+                for j in range(n):
+                    c = c + widen_exact[1](F1(e.unsafe_load(j)))[0]
+                    if u < c:
+                        pick = j
+                        break
+        picks.unsafe_store(i, Int64(pick))

@@ -203,6 +203,16 @@ def softmax_rows(x, *, log: bool = False):
     return out
 
 
+def sample_rows(logits, r):
+    """M-32: one sampled token per row of a C-contiguous float32 (rows, n) array, n >= 1;
+    r the float64 draw of each row. Returns int64 token ids."""
+    rows, n = logits.shape
+    out = np.empty(rows, dtype=np.int64)
+    if rows:
+        native().nn_sample_rows((_a(logits), rows, n, _a(r), _a(out)))
+    return out
+
+
 def mean_rows(x):
     """The mean over the last axis (M-30) of a C-contiguous float32 array."""
     n = x.shape[-1]

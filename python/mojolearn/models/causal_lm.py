@@ -223,14 +223,13 @@ class CausalLM:
     def _choose(logits, rng):
         if rng is None:
             return np.argmax(logits, axis=1).astype(np.int64)
-        picks = []
-        for row in logits:
-            mx = row.max()
-            e = K.elementwise("expf", np.ascontiguousarray(row - mx))  # rule M-14's expf
-            c = np.cumsum(e.astype(np.float64))
-            u = rng.random() * c[-1]
-            picks.append(int(min(np.searchsorted(c, u, side="right"), row.size - 1)))
-        return np.array(picks, dtype=np.int64)
+        # rule M-32, in the kernel: one draw of numpy's generator per row, in row order
+        logits = np.ascontiguousarray(logits)
+        if logits.dtype != np.float32 or logits.ndim != 2 or logits.shape[1] == 0:
+            raise ValueError(f"mojolearn: sampling needs (batch, vocab >= 1) float32 logits, "
+                             f"got {logits.dtype} {logits.shape}")
+        r = np.array([rng.random() for _ in range(logits.shape[0])], dtype=np.float64)
+        return K.sample_rows(logits, r)
 
     def generate_text(self, text, max_new_tokens, *, tokenizer, **kw):
         """Encode text, generate, decode the new tokens."""
