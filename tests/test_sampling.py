@@ -102,7 +102,9 @@ def test_choose_refuses_what_is_not_float32_logits():
     """M-32: sampling takes (batch, vocab >= 1) float32 logits; anything else is refused
     by name, not cast."""
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="float32 logits"):
+    with pytest.raises(TypeError, match="float32 logits, got float64"):
         CausalLM._choose(np.zeros((2, 5), np.float64), rng)
-    with pytest.raises(ValueError, match="float32 logits"):
+    with pytest.raises(ValueError, match=r"vocab >= 1\) float32 logits, got shape \(2, 0\)"):
         CausalLM._choose(np.zeros((2, 0), np.float32), rng)
+    with pytest.raises(ValueError, match=r"got shape \(5,\)"):
+        CausalLM._choose(np.zeros(5, np.float32), rng)

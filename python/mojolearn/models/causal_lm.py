@@ -225,9 +225,11 @@ class CausalLM:
             return np.argmax(logits, axis=1).astype(np.int64)
         # rule M-32, in the kernel: one draw of numpy's generator per row, in row order
         logits = np.ascontiguousarray(logits)
-        if logits.dtype != np.float32 or logits.ndim != 2 or logits.shape[1] == 0:
+        if logits.dtype != np.float32:
+            raise TypeError(f"mojolearn: sampling needs float32 logits, got {logits.dtype}")
+        if logits.ndim != 2 or logits.shape[1] == 0:
             raise ValueError(f"mojolearn: sampling needs (batch, vocab >= 1) float32 logits, "
-                             f"got {logits.dtype} {logits.shape}")
+                             f"got shape {logits.shape}")
         r = np.array([rng.random() for _ in range(logits.shape[0])], dtype=np.float64)
         return K.sample_rows(logits, r)
 
