@@ -107,7 +107,6 @@ def is_nan(x: SIMD) -> SIMD[DType.bool, x.length]:
     return rebind[SIMD[DType.bool, x.length]](_is_nan[w](rebind[SIMD[DType.float32, w]](x)))
 
 
-
 comptime F64_2M149_BITS: UInt64 = 874 << 52  # the float64 2**-149 (a float32 subnormal's step)
 
 
