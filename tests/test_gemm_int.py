@@ -465,6 +465,34 @@ def test_tile_unit_edges(profile):
                 assert_same_bits(got, full[:m, :n], f"{profile} m={m} k={k} n={n}")
 
 
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("prepared", [False, True])
+def test_whole_panel_and_element_packing(profile, prepared):
+    """L-5 / W-3: the v3 build packs whole panels (6 rows of A, 16 columns of B) 8
+    k-pairs at a time, transposed in registers, and the rest (a partial panel, the
+    last k % 16 codes, an odd k's last code) element by element; every build runs the
+    same cases: k either side of 16 and 32 codes, m either side of 6 and 12, n either
+    side of 16 and 32, codes from the ends of the range (int15: hi planes of -128), raw
+    and prepared, against the oracle."""
+    rng = np.random.default_rng(616)
+    for k in (1, 2, 15, 16, 17, 31, 32, 33, 47, 49):
+        for m, n in ((5, 15), (6, 16), (7, 17), (12, 32), (13, 33), (19, 47)):
+            ea = rng.integers(-3, 3, size=m).astype(np.int32)
+            eb = rng.integers(-3, 3, size=n).astype(np.int32)
+            if profile == "int8":
+                qa = (_extreme_codes(m, k, -127, 127, rng).astype(np.int8), ea)
+                qb = (_extreme_codes(n, k, -127, 127, rng).astype(np.int8), eb)
+                want = O.gemm_int(*qa, *qb)
+                fn = linalg.matmul_int8
+            else:
+                qa = (*split15(_extreme_codes(m, k, -16383, 16383, rng)), ea)
+                qb = (*split15(_extreme_codes(n, k, -16383, 16383, rng)), eb)
+                want = O.gemm_int15(*qa, *qb)
+                fn = linalg.matmul_int15
+            got = fn(qa, linalg.prepare(qb) if prepared else qb)
+            assert_same_bits(got, want, f"{profile} prepared={prepared} m={m} k={k} n={n}")
+
+
 @pytest.mark.parametrize("profile,m,k,n", [("int8", 65, 16384, 257), ("int15", 65, 16384, 257)])
 def test_packing_block_edges(profile, m, k, n):
     """L-5 / W-3: at k = 16384 the AMX kernels pack A in blocks of 64 rows (int8; 32 for

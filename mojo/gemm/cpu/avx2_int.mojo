@@ -23,6 +23,11 @@ PACKING (k padded with zero codes to a multiple of 2)
     A panel (MR rows): for each k-pair p, MR words of two int16 (a[i, 2p], a[i, 2p+1]).
     B panel (NR columns): for each k-pair p, NR words of two int16; int15 keeps one
     panel per plane.
+    A whole panel is packed 8 k-pairs at a time: each row's (A) or column's (B) 16
+    codes sign-extended in one vector (int15 A: hi * 128 + lo) are 8 words, and an
+    8 x 8 in-register transpose (pack_f32.transpose8) turns 8 such vectors into 8
+    k-pair rows of the panel. A partial panel, the last k % 16 codes and an odd k's
+    last code go element by element. Copies of the codes: the same words either way.
 """
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
@@ -37,6 +42,8 @@ from gemm.cpu.blocking import AVX2_A_BLOCK_BYTES as A_BLOCK_BYTES
 from gemm.cpu.blocking import AVX2_B_CHUNK_BYTES as B_CHUNK_BYTES
 from gemm.cpu.int_gemm import IntArgs, store_scaled
 from arith.quant import join15_sums
+from gemm.cpu.pack_f32 import transpose8, store_first
+from std.memory import bitcast
 
 comptime A_ONCE_BYTES = 8 << 20  # a task's packed A up to this size is packed once, not per column chunk
 comptime FLUSH_PAIRS = 256  # int15: k-pairs summed in int32 before moving to int64
@@ -89,19 +96,59 @@ def _word(a: Int16, b: Int16) -> UInt32:
     return UInt32(UInt16(a)) | (UInt32(UInt16(b)) << 16)
 
 
+@always_inline
+def _words[int15: Bool](hi: I8Ptr, lo: I8Ptr, off: Int) -> SIMD[DType.uint32, AV]:
+    """The AV k-pair words of the 2 * AV codes from off: each code sign-extended to 16
+    bits (int15: hi * 128 + lo, W-2), two codes a word, the lower k in the low half
+    (the words _word makes one at a time)."""
+    var h = hi.unsafe_load[width=2 * AV](off).cast[DType.int16]()
+    comptime if int15:
+        h = join15_sums[DType.int16, 2 * AV](h, lo.unsafe_load[width=2 * AV](off).cast[DType.int16]())
+    return bitcast[DType.uint32, AV](h)
+
+
+def _pack_a_panel[R: Int, int15: Bool](hi: I8Ptr, lo: I8Ptr, base: Int, k: Int, d: U32Ptr) -> Int:
+    """One full R-row panel (row r at codes base + r * k) for the k-pairs [0, pv),
+    pv = AV * (k // (2 * AV)): per AV pairs, the rows' words transposed in registers
+    (rows R..AV of the block are zero and never stored). Returns pv, where the
+    caller's element loop takes over."""
+    comptime assert R <= AV, "_pack_a_panel: a panel of more rows than a vector's lanes"
+    var pv = (k // (2 * AV)) * AV
+    var blk = Array[SIMD[DType.uint32, AV], AV](fill=SIMD[DType.uint32, AV](0))
+    for p in range(0, pv, AV):
+        comptime for r in range(R):
+            blk[r] = _words[int15](hi, lo, base + r * k + 2 * p)
+        comptime for r in range(R, AV):
+            blk[r] = SIMD[DType.uint32, AV](0)
+        transpose8(blk)
+        comptime for q in range(AV):
+            store_first[R, DType.uint32, AV](d.unsafe_offset((p + q) * R), blk[q])
+    return pv
+
+
 def pack_a_avx2(g: IntArgs, i0: Int, mc: Int, mr: Int, dst: U32Ptr):
     """Rows [i0, i0 + mc) into mr-row panels of k-pair words (int15: whole codes);
-    rows past mc are zero."""
+    rows past mc are zero. Full panels take _pack_a_panel for the pairs it covers."""
     var k = g.k
     var kp = _pairs(k)
     var hi = I8Ptr(unsafe_from_address=g.a_hi)
     var lo = I8Ptr(unsafe_from_address=g.a_lo)
     var rows = round_up(mc, mr)
+    var full = (mc // mr) * mr
+    var pv = 0
     for r in range(rows):
         var d = dst.unsafe_offset((r // mr) * mr * kp + r % mr)
+        if r % mr == 0 and r < full and mr == AMR:
+            var panel = dst.unsafe_offset((r // mr) * mr * kp)
+            if g.int15:
+                pv = _pack_a_panel[AMR, True](hi, lo, (i0 + r) * k, k, panel)
+            else:
+                pv = _pack_a_panel[AMR, False](hi, lo, (i0 + r) * k, k, panel)
+        elif r % mr == 0:
+            pv = 0  # a partial panel (or mr other than AMR): every pair by the loop below
         if r < mc:
             var base = (i0 + r) * k
-            for p in range(k // 2):
+            for p in range(pv, k // 2):
                 d.unsafe_store(p * mr, _word(_code(hi, lo, g.int15, base + 2 * p),
                                              _code(hi, lo, g.int15, base + 2 * p + 1)))
             if k % 2 == 1:
@@ -113,14 +160,27 @@ def pack_a_avx2(g: IntArgs, i0: Int, mc: Int, mr: Int, dst: U32Ptr):
 
 def pack_b_avx2(src: I8Ptr, k: Int, j0: Int, nc: Int, dst: U32Ptr):
     """Columns [j0, j0 + nc) (rows of the stored (n, k) plane) into ANR-column panels
-    of k-pair words; columns past nc are zero."""
+    of k-pair words; columns past nc are zero. Full panels: per AV pairs and AV
+    columns, the columns' words transposed in registers; the rest element by element."""
     var kp = _pairs(k)
     var cols = round_up(nc, ANR)
+    var full = (nc // ANR) * ANR
+    var pv = (k // (2 * AV)) * AV
+    var blk = Array[SIMD[DType.uint32, AV], AV](fill=SIMD[DType.uint32, AV](0))
+    for jb in range(0, full, ANR):
+        var d = dst.unsafe_offset(jb * kp)
+        for p in range(0, pv, AV):
+            comptime for h in range(ANR // AV):
+                comptime for r in range(AV):
+                    blk[r] = _words[False](src, src, (j0 + jb + h * AV + r) * k + 2 * p)
+                transpose8(blk)
+                comptime for q in range(AV):
+                    d.unsafe_store((p + q) * ANR + h * AV, blk[q])
     for j in range(cols):
         var d = dst.unsafe_offset((j // ANR) * ANR * kp + j % ANR)
         if j < nc:
             var row = src.unsafe_offset((j0 + j) * k)
-            for p in range(k // 2):
+            for p in range(pv if j < full else 0, k // 2):
                 d.unsafe_store(p * ANR, _word(Int16(row.unsafe_load(2 * p)), Int16(row.unsafe_load(2 * p + 1))))
             if k % 2 == 1:
                 d.unsafe_store((kp - 1) * ANR, _word(Int16(row.unsafe_load(k - 1)), 0))
@@ -149,15 +209,11 @@ def _madd(a: UInt32, b: SIMD[DType.uint32, AV]) -> SIMD[DType.int32, AV]:
 
 @always_inline
 def bitcast_i32(v: SIMD[DType.uint32, AV]) -> SIMD[DType.int32, AV]:
-    from std.memory import bitcast
-
     return bitcast[DType.int32, AV](v)
 
 
 @always_inline
 def bitcast16(v: SIMD[DType.uint32, AV]) -> SIMD[DType.int16, 2 * AV]:
-    from std.memory import bitcast
-
     return bitcast[DType.int16, 2 * AV](v)
 
 
