@@ -1,8 +1,11 @@
 """make bench: every operation timed against its baseline, in one process.
 
 Each case runs mojolearn and its peer(s) interleaved (ours, peer, ours, peer, ...)
-and reports medians; after a numpy/torch call the run sleeps SETTLE seconds so
-OpenBLAS's busy-waiting worker threads park before the next contender is timed
+and reports medians. numpy and torch run with their own threading defaults, as a
+user gets them (their worker threads busy-wait for a while after a call; torch's
+OpenMP is not set to passive waiting, which would make every short torch call wake
+sleeping workers and flatter our ratios); after a numpy/torch call the run sleeps
+SETTLE seconds so those busy-waiting workers park before the next contender is timed
 (otherwise they steal a core), and a call shorter than WARM_S is timed warm (one
 untimed call of the same contender right before each timed one), so no contender is
 timed cold because of the pause before it. Results are checked after timing. The table is
@@ -57,9 +60,6 @@ import mojolearn  # noqa: E402
 from mojolearn import linalg  # noqa: E402
 from mojolearn.conformance import box  # noqa: E402
 
-# torch's OpenMP workers would otherwise spin for a while after each call and steal a
-# core from the next contender; passive waiting keeps the interleaving fair.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 try:
     import torch  # noqa: F401
 
@@ -363,7 +363,7 @@ def main(argv=None):
                     "platform": platform.platform()},
         "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
                      "torch": ver("torch"), "python": platform.python_version()},
-        "method": f"medians of {reps} interleaved reps after one warm-up; {SETTLE}s settle after numpy/torch calls; "
+        "method": f"medians of {reps} interleaved reps after one warm-up; numpy and torch at their threading defaults; {SETTLE}s settle after numpy/torch calls; "
                   f"calls under {WARM_S * 1e3:.0f} ms timed warm (one untimed call of the same contender right before each timed one); ratio = peer time / mojolearn time (>1: mojolearn faster)",
         "peers_pinned": ({"env": PEER_PIN, "why": f"the {isa} build on a CPU that runs a wider build "
                           f"({', '.join(_wider)}): numpy/torch pinned to the {isa} build's ISA, as "
