@@ -311,6 +311,52 @@ def test_blocked_epilogue_exponent_routes(profile, edge, prepared):
     assert_same_bits(got, exp, f"matmul_{profile}, exponents at +-{edge}")
 
 
+@pytest.mark.parametrize("profile", ["int8", "int15"])
+@pytest.mark.parametrize("prepared", [False, True])
+@pytest.mark.parametrize("lo,hi", [(-126, 127), (-127, 127), (-126, 128), (-300, 300)])
+def test_blocked_epilogue_normal_range(profile, prepared, lo, hi):
+    """L-5 / W-3 on the blocked kernels: when every ea[i] + eb[j] lies in [-126, 127]
+    the epilogue scales by the normal 2**e and skips the flush (a nonzero integer sum
+    times such a power is never subnormal); one sum outside that range (lo = -127,
+    hi = 128, or far outside) sends the call down the general route. The exponents
+    reach lo and hi exactly: S = 1 at the sum lo (2**-126 itself when lo = -126), the
+    largest sums at hi (inf past 2**128), zero rows and columns, against the oracle."""
+    m, n, k = 13, 37, 70
+    rng = np.random.default_rng(126 + hi)
+    lo_a, hi_a = lo // 2, hi // 2
+    ea = rng.integers(lo_a, hi_a + 1, size=m).astype(np.int32)
+    eb = rng.integers(lo - lo_a, hi - hi_a + 1, size=n).astype(np.int32)
+    ea[0], ea[1], eb[0], eb[1] = lo_a, hi_a, lo - lo_a, hi - hi_a
+    if profile == "int8":
+        A = _extreme_codes(m, k, -127, 127, rng)
+        B = _extreme_codes(n, k, -127, 127, rng)
+    else:
+        A = _extreme_codes(m, k, -16383, 16383, rng)
+        B = _extreme_codes(n, k, -16383, 16383, rng)
+    A[0], B[0] = 0, 0
+    A[0, 5], B[0, 5] = 1, 1  # S = 1 where the exponent sum is lo
+    A[2], B[3] = 0, 0  # zero sums
+    A[1], B[1] = A[1].max(), B[1].max()  # the largest sum where it is hi
+    if profile == "int8":
+        a_op, b_op = (A.astype(np.int8), ea), (B.astype(np.int8), eb)
+        with np.errstate(all="ignore"):
+            exp = O.gemm_int(*a_op, *b_op)
+        f = linalg.matmul_int8
+    else:
+        a_op, b_op = (*split15(A), ea), (*split15(B), eb)
+        with np.errstate(all="ignore"):
+            exp = O.gemm_int15(*a_op, *b_op)
+        f = linalg.matmul_int15
+    if prepared:
+        b_op = linalg.prepare(b_op)
+    got = f(a_op, b_op)
+    assert_same_bits(got, exp, f"matmul_{profile}, exponent sums in [{lo}, {hi}]")
+    if lo == -126:
+        assert int(u32(exp)[0, 0]) == 0x00800000  # 2**-126: the smallest normal
+    if hi >= 127:
+        assert np.isinf(exp[1, 1])
+
+
 # ---------------------------------------------------------------- domains
 def test_int8_domain_limit_accepted_and_exact():
     """L-7: k = 131072 is accepted and exact even at the largest |S| = 127*127*131072

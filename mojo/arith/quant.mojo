@@ -11,7 +11,7 @@ from std.sys import simd_width_of
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
 from common.ptr import U32Ptr
-from arith.fp import daz_bits, is_nan_bits, _ftz, pow2f, MAG_BITS, INF_BITS, F32MIN_BITS
+from arith.fp import daz_bits, is_nan_bits, _ftz, pow2f, pow2_in_range, MAG_BITS, INF_BITS, F32MIN_BITS
 
 comptime INT8_SHIFT = 6
 comptime INT15_SHIFT = 13
@@ -120,3 +120,15 @@ def scale_pow2[w: Int](v: SIMD[DType.float32, w], p2: SIMD[DType.float32, w]) ->
     GEMMs' epilogue with e = ea[i] + eb[j]), p2 is pow2f(e); one float32 multiply
     (0 * inf is NaN, as the formula says), flushed."""
     return _ftz[w](v * p2)
+
+
+@always_inline
+def scale_pow2_normal[w: Int](v: SIMD[DType.float32, w], e: SIMD[DType.int32, w]) -> SIMD[DType.float32, w]:
+    """scale_pow2(v, pow2f(e)) (L-5, W-3) for the integer GEMMs' epilogue when every e
+    lies in [-126, 127] (the caller checks it once per call: int_gemm.with_e32).
+    There pow2f(e) is the normal 2**e, and v = f32(S) is an integer: +0, or at least 1
+    in magnitude, so v * 2**e is +0 or at least 2**-126 in magnitude (inf where it
+    overflows, as scale_pow2's multiply gives) and never subnormal: its flush changes
+    nothing and is left out, and the in-range power needs no selects. The same bits as
+    scale_pow2(v, pow2f_w(e)) for every such v and e."""
+    return v * pow2_in_range[w](e)

@@ -209,7 +209,7 @@ def gemm_int8(args: PythonObject) raises -> PythonObject:
     """Arguments: (a codes, a exps, b codes, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
     var g = IntArgs(
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 4),
-        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0, 0, False,
+        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0, 0, False, False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 8)), _arg(args, 10), _arg(args, 11)))
 
@@ -219,7 +219,7 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
     var g = IntArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9), True,
-        _arg(args, 11) != 0, 0, False,
+        _arg(args, 11) != 0, 0, False, False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 10)), _arg(args, 12), _arg(args, 13)))
 
@@ -275,7 +275,7 @@ def gemm_int8_packed(args: PythonObject) raises -> PythonObject:
     (the decode rows read the codes as stored)."""
     var g = IntArgs(
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 5),
-        _arg(args, 6), _arg(args, 7), _arg(args, 8), False, _arg(args, 10) != 0, _arg(args, 4), False,
+        _arg(args, 6), _arg(args, 7), _arg(args, 8), False, _arg(args, 10) != 0, _arg(args, 4), False, False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 9)), _arg(args, 11), _arg(args, 12)))
 
@@ -286,7 +286,7 @@ def gemm_int15_packed(args: PythonObject) raises -> PythonObject:
     var g = IntArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 7), _arg(args, 8), _arg(args, 9), _arg(args, 10), True,
-        _arg(args, 12) != 0, _arg(args, 6), False,
+        _arg(args, 12) != 0, _arg(args, 6), False, False,
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 11)), _arg(args, 13), _arg(args, 14)))
 

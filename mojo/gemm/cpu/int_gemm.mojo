@@ -15,7 +15,7 @@ from gemm.cpu.blocking import round_up, IMC, INT_A_BLOCK_BYTES, INT_PACK_B_BYTES
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
 from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2a, ukernel_int_2b
 from arith.fp import pow2f_w
-from arith.quant import scale_pow2, join15_products
+from arith.quant import scale_pow2, scale_pow2_normal, join15_products
 
 
 
@@ -35,24 +35,37 @@ struct IntArgs(ImplicitlyCopyable, Movable):
     var sabotage: Bool
     var bpre: Int  # 0, or B prepared over all n in this build's layout (int_pack_all)
     var e32: Bool  # every exponent of ea and eb inside (-2**30, 2**30): see with_e32
+    var e_norm: Bool  # every sum ea[i] + eb[j] inside [-126, 127]: see with_e32
 
 
 def with_e32(g: IntArgs) -> IntArgs:
     """g with e32 set when every exponent of ea (m) and eb (n) lies in (-2**30, 2**30):
     then each sum ea[i] + eb[j] is exact in int32 and the epilogue adds in int32;
-    otherwise it adds in int64 and clamps. Both give pow2f of the true sum (L-5)."""
+    otherwise it adds in int64 and clamps. Both give pow2f of the true sum (L-5).
+    And with e_norm set when every sum ea[i] + eb[j] lies in [-126, 127] (the sum of
+    the two smallest exponents and of the two largest): then the epilogue scales with
+    arith.quant.scale_pow2_normal, the same bits without the selects and the flush."""
     comptime LIM = 1 << 30
     var ok = True
     var ea = I32Ptr(unsafe_from_address=g.ea)
     var eb = I32Ptr(unsafe_from_address=g.eb)
+    var lo_a = Int.MAX
+    var hi_a = Int.MIN
+    var lo_b = Int.MAX
+    var hi_b = Int.MIN
     for i in range(g.m):
         var e = Int(ea.unsafe_load(i))
         ok = ok and (-LIM < e < LIM)
+        lo_a = min(lo_a, e)
+        hi_a = max(hi_a, e)
     for j in range(g.n):
         var e = Int(eb.unsafe_load(j))
         ok = ok and (-LIM < e < LIM)
+        lo_b = min(lo_b, e)
+        hi_b = max(hi_b, e)
     var r = g
     r.e32 = ok
+    r.e_norm = ok and g.m > 0 and g.n > 0 and lo_a + lo_b >= -126 and hi_a + hi_b <= 127
     return r
 
 
@@ -83,6 +96,23 @@ def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
 def store_scaled(
     g: IntArgs, s: SIMD[DType.float32, IW], ea_i: Int32, eb: I32Ptr, i: Int, j: Int, nr: Int
 ):
+    # every exponent sum inside [-126, 127] (g.e_norm, the usual case): the normal
+    # power and no flush; otherwise pow2f of the true sum and the flush
+    var c = F32Ptr(unsafe_from_address=g.c).unsafe_offset(i * g.n + j)
+    var out: SIMD[DType.float32, IW]
+    if g.e_norm:
+        out = scale_pow2_normal[IW](s, SIMD[DType.int32, IW](ea_i) + _load_eb(eb, j, nr))
+    else:
+        out = _scale_any(g, s, ea_i, eb, j, nr)
+    if nr >= IW:
+        c.unsafe_store(0, out)
+    else:
+        for l in range(nr):
+            c.unsafe_store(l, out[l])
+
+
+@always_inline
+def _scale_any(g: IntArgs, s: SIMD[DType.float32, IW], ea_i: Int32, eb: I32Ptr, j: Int, nr: Int) -> SIMD[DType.float32, IW]:
     # the true exponent sum: in int32 when every exponent is inside (-2**30, 2**30)
     # (g.e32), else in int64 (no wrap-around) clamped to a range where pow2f is
     # already saturated (inf above 127, 0 below -126)
@@ -92,13 +122,7 @@ def store_scaled(
     else:
         var e64 = SIMD[DType.int64, IW](Int64(ea_i)) + _load_eb(eb, j, nr).cast[DType.int64]()
         e = max(min(e64, SIMD[DType.int64, IW](1000)), SIMD[DType.int64, IW](-1000)).cast[DType.int32]()
-    var out = scale_pow2[IW](s, pow2f_w[IW](e))
-    var c = F32Ptr(unsafe_from_address=g.c).unsafe_offset(i * g.n + j)
-    if nr >= IW:
-        c.unsafe_store(0, out)
-    else:
-        for l in range(nr):
-            c.unsafe_store(l, out[l])
+    return scale_pow2[IW](s, pow2f_w[IW](e))
 
 
 @always_inline
