@@ -4,7 +4,7 @@ Each case runs mojolearn and its peer(s) interleaved (ours, peer, ours, peer, ..
 and reports medians. numpy and torch run with their own threading defaults, as a
 user gets them (their worker threads busy-wait for a while after a call; torch's
 OpenMP is not set to passive waiting, which would make every short torch call wake
-sleeping workers and flatter our ratios); after a numpy/torch call the run sleeps
+sleeping workers first while ours run warm); after a numpy/torch call the run sleeps
 SETTLE seconds so those busy-waiting workers park before the next contender is timed
 (otherwise they steal a core), and a call shorter than WARM_S is timed warm (one
 untimed call of the same contender right before each timed one), so no contender is
