@@ -357,6 +357,49 @@ def test_blocked_epilogue_normal_range(profile, prepared, lo, hi):
         assert np.isinf(exp[1, 1])
 
 
+@pytest.mark.parametrize("prepared", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int8_tile_pairs(prepared, threads):
+    """L-5 on the blocked int8 kernel, which runs IMR rows against two INR-column panels
+    at once and stores a whole tile in one go when every exponent sum is in [-126, 127]:
+    m either side of IMR and its multiples, n either side of 2 * INR and its multiples
+    (a lone last panel, a partial second panel), distinct exponents per row and per
+    column (a tile stored with another tile's row or column terms differs), with a
+    far exponent that sends the same shapes down the per-vector route; 1 and 2 tasks
+    (a task's columns may start at an odd panel)."""
+    import mojolearn
+    from mojolearn._native_loader import blocking
+
+    t = blocking()
+    mr, nr = t["IMR"], t["INR"]
+    ms = [mr - 1, mr, mr + 1, 2 * mr + 1, 4 * mr]
+    ns = [2 * nr - 1, 2 * nr, 2 * nr + 1, 3 * nr, 3 * nr + 1, 4 * nr, 4 * nr + nr // 2, 5 * nr + 3]
+    rng = np.random.default_rng(6432)
+    prev = mojolearn.get_num_threads()
+    mojolearn.set_num_threads(threads)
+    try:
+        for k in (4, 67, 300):
+            A = _extreme_codes(max(ms), k, -127, 127, rng).astype(np.int8)
+            B = _extreme_codes(max(ns), k, -127, 127, rng).astype(np.int8)
+            ea = rng.permutation(np.arange(-60, -60 + max(ms))).astype(np.int32)
+            eb = rng.permutation(np.arange(-40, -40 + max(ns))).astype(np.int32)
+            for far in (False, True):
+                eb_k = eb.copy()
+                if far:
+                    eb_k[-1] = 200  # one sum past 127: the per-vector route
+                with np.errstate(all="ignore"):
+                    full = O.gemm_int(A, ea, B, eb_k)
+                for m in ms:
+                    for n in ns:
+                        qb = (B[:n], eb_k[:n]) if not far else (B[max(ns) - n:], eb_k[max(ns) - n:])
+                        exp = full[:m, :n] if not far else full[:m, max(ns) - n:]
+                        b_op = linalg.prepare(qb) if prepared else qb
+                        got = linalg.matmul_int8((A[:m], ea[:m]), b_op)
+                        assert_same_bits(got, exp, f"m={m} k={k} n={n} far={far} threads={threads}")
+    finally:
+        mojolearn.set_num_threads(prev)
+
+
 # ---------------------------------------------------------------- domains
 def test_int8_domain_limit_accepted_and_exact():
     """L-7: k = 131072 is accepted and exact even at the largest |S| = 127*127*131072

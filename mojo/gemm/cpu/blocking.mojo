@@ -19,7 +19,8 @@ rows_f32.mojo (m <= ROWS_MAX, decode shapes)
     TCHUNK  NT columns transposed per chunk (NTG groups of 16; the fused NT leaf holds
             TCHUNK / W register groups of W lanes); PF_ROWS rows prefetched
 integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
-    IMR x INR the register tile (INV vectors of IW int32 lanes), at most IMC rows per A
+    IMR x INR a B panel's tile (INV vectors of IW int32 lanes); int8 runs two panels
+            at once (IMR x 2 * INR), int15 both planes of one; at most IMC rows per A
             block and within INT_A_BLOCK_BYTES (the block stays in L2 while B streams past),
     INT_PACK_B_BYTES for the packed B chunk
 int_rows.mojo: INT_ROWS_MAX rows, LW int32 lanes a step

@@ -3,7 +3,8 @@ L-5/L-7, W-2/W-4).
 
 S[i, j] is the exact integer sum of code products; any order gives the same S,
 so the loop nest is free: per task, for each chunk of columns pack B (all of k),
-for each block of rows pack A, then one micro-kernel run over all of k per tile.
+for each block of rows pack A, then one micro-kernel run over all of k per tile
+(int8: IMR rows x two B panels; int15: IMR rows x one panel, both planes).
 int15 runs its 15-bit codes as four int8-piece products
   S = HH * 2**14 + (HL + LH) * 2**7 + LL   (H = hi plane, L = lo plane)
 each an int32 sum (exact for k <= 65536), combined in int64.
@@ -13,7 +14,7 @@ from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr, U32Ptr
 from gemm.cpu.blocking import round_up, IMC, INT_A_BLOCK_BYTES, INT_PACK_B_BYTES
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
-from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2a, ukernel_int_2b
+from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2b
 from arith.fp import pow2f_w
 from arith.quant import scale_pow2, scale_pow2_normal, join15_products
 
@@ -77,10 +78,10 @@ def nc_int(k: Int, ncols: Int) -> Int:
 
 
 def imc_for(k: Int) -> Int:
-    """Rows of A per block: a multiple of 2 * IMR (the kernel pairs row panels), at
-    most IMC, the packed block within INT_A_BLOCK_BYTES."""
-    var mc = (INT_A_BLOCK_BYTES // (kgroups(k) * 4)) // (2 * IMR) * (2 * IMR)
-    return max(2 * IMR, min(IMC, mc))
+    """Rows of A per block: a multiple of IMR, at most IMC, the packed block within
+    INT_A_BLOCK_BYTES."""
+    var mc = (INT_A_BLOCK_BYTES // (kgroups(k) * 4)) // IMR * IMR
+    return max(IMR, min(IMC, mc))
 
 
 def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
@@ -155,6 +156,76 @@ def vnni_pack_all(b_hi: Int, b_lo: Int, n: Int, k: Int, int15: Bool, j0: Int, j1
                    cs.unsafe_offset(npad + j0))
 
 
+def _int8_block(g: IntArgs, a: U32Ptr, b: U32Ptr, cs: I32Ptr, ic: Int, mc: Int, jc: Int, nc: Int, kg: Int):
+    """int8: rows [ic, ic + mc) (packed A at a) times columns [jc, jc + nc) (packed B at
+    b, column sums cs), per tile of IMR rows x 2 * INR columns: two adjacent B panels
+    share every broadcast of A (4 vector loads and IMR broadcasts feed 4 * IMR
+    vpdpbusd). Column-panel pairs outside, row panels inside, so a pair of B panels
+    is reused down the whole A block."""
+    var npan = (nc + INR - 1) // INR
+    var mpan = (mc + IMR - 1) // IMR
+    var ea = I32Ptr(unsafe_from_address=g.ea)
+    var eb = I32Ptr(unsafe_from_address=g.eb)
+    var acc = IAcc(fill=SIMD[DType.int32, IW](0))
+    var acc2 = IAcc(fill=SIMD[DType.int32, IW](0))
+    var jp = 0
+    while jp < npan:
+        var bp = b.unsafe_offset(jp * INR * kg)
+        var two = jp + 1 < npan
+        for ip in range(mpan):
+            var mr = min(IMR, mc - ip * IMR)
+            var ap = a.unsafe_offset(ip * IMR * kg)
+            comptime for q in range(IMR * INV):
+                acc[q] = SIMD[DType.int32, IW](0)
+                acc2[q] = SIMD[DType.int32, IW](0)
+            if two:
+                ukernel_int_2b(ap, bp, bp.unsafe_offset(INR * kg), kg, acc, acc2)
+            else:
+                ukernel_int(ap, bp, kg, acc)
+            if g.e_norm and two and mr == IMR and (jp + 2) * INR <= nc:
+                _store_tile_normal(g, acc, acc2, cs.unsafe_offset(jp * INR), ea, eb, ic + ip * IMR, jc + jp * INR)
+                continue
+            # edge tiles, or exponent sums outside [-126, 127]: per vector. Rows and
+            # halves indexed at compile time: a run-time index into acc would keep the
+            # accumulators in memory, and the kernel loop would store them after every
+            # vpdpbusd
+            comptime for half in range(2):
+                if half == 0 or two:
+                    comptime for i in range(IMR):
+                        if i < mr:
+                            var r = ic + ip * IMR + i
+                            comptime for v in range(INV):
+                                var jj = (jp + half) * INR + v * IW
+                                if jj < nc:
+                                    var a32 = acc[i * INV + v] if half == 0 else acc2[i * INV + v]
+                                    var f = (a32 - cs.unsafe_load[width=IW](jj) * 128).cast[DType.float32]()
+                                    store_scaled(g, f, ea.unsafe_load(r), eb, r, jc + jj, nc - jj)
+        jp += 2
+
+
+@always_inline
+def _store_tile_normal(g: IntArgs, acc: IAcc, acc2: IAcc, cs: I32Ptr, ea: I32Ptr, eb: I32Ptr, r0: Int, j0: Int):
+    """A whole int8 tile, rows r0 .. r0 + IMR, columns j0 .. j0 + 2 * INR (acc holds the
+    first INR, acc2 the next), when g.e_norm: the same values as store_scaled,
+    ftz(f32(S) * pow2f(ea[r] + eb[j])) with S = acc - 128 * cs[j] by
+    arith.quant.scale_pow2_normal, with the column terms loaded once per tile and no
+    per-vector branches (the epilogue cost as much as the kernel at k = 256)."""
+    comptime NT = 2 * INV
+    var cs128 = Array[SIMD[DType.int32, IW], NT](fill=SIMD[DType.int32, IW](0))
+    var ebv = Array[SIMD[DType.int32, IW], NT](fill=SIMD[DType.int32, IW](0))
+    comptime for v in range(NT):
+        cs128[v] = cs.unsafe_load[width=IW](v * IW) * 128
+        ebv[v] = eb.unsafe_load[width=IW](j0 + v * IW)
+    comptime for i in range(IMR):
+        var r = r0 + i
+        var ea_r = SIMD[DType.int32, IW](ea.unsafe_load(r))
+        var c = F32Ptr(unsafe_from_address=g.c).unsafe_offset(r * g.n + j0)
+        comptime for v in range(NT):
+            var a32 = acc[i * INV + v] if v < INV else acc2[i * INV + v - INV]
+            var f = (a32 - cs128[v]).cast[DType.float32]()
+            c.unsafe_store(v * IW, scale_pow2_normal[IW](f, ea_r + ebv[v]))
+
+
 def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
     if i_hi <= i_lo or j_hi <= j_lo:
         return
@@ -205,71 +276,47 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
             pack_a_int(ahp, k, ic, mc, k, True, a_h)
             if g.int15:
                 pack_a_int(alp, k, ic, mc, k, True, a_l)
+            if not g.int15:
+                _int8_block(g, a_h, b_h, cs_h, ic, mc, jc, nc, kg)
+                ic += imc
+                continue
+            # int15: per IMR x INR tile, four int8-piece products
             for jp in range(npan):
-                var nr = min(INR, nc - jp * INR)
                 var bph = b_h.unsafe_offset(jp * INR * kg)
                 var bpl = b_l.unsafe_offset(jp * INR * kg)
                 for ip in range(mpan):
                     var mr = min(IMR, mc - ip * IMR)
                     var aph = a_h.unsafe_offset(ip * IMR * kg)
                     var apl = a_l.unsafe_offset(ip * IMR * kg)
-                    if not g.int15:
-                        if ip % 2 == 1:
-                            continue  # computed with the panel before it
-                        comptime for q in range(IMR * INV):
-                            acc[q] = SIMD[DType.int32, IW](0)
-                            acc2[q] = SIMD[DType.int32, IW](0)
-                        var two = ip + 1 < mpan
-                        if two:
-                            ukernel_int_2a(aph, aph.unsafe_offset(IMR * kg), bph, kg, acc, acc2)
-                        else:
-                            ukernel_int(aph, bph, kg, acc)
-                        # rows and halves indexed at compile time: a run-time index into
-                        # acc would keep the accumulators in memory, and the kernel loop
-                        # would store them after every vpdpbusd
-                        comptime for half in range(2):
-                            if half == 0 or two:
-                                var rows = mr if half == 0 else min(IMR, mc - (ip + 1) * IMR)
-                                comptime for i in range(IMR):
-                                    if i < rows:
-                                        var r = ic + (ip + half) * IMR + i
-                                        comptime for v in range(INV):
-                                            var jj = jp * INR + v * IW
-                                            if jj < nc:
-                                                var csum = cs_h.unsafe_load[width=IW](jj)
-                                                var a32 = acc[i * INV + v] if half == 0 else acc2[i * INV + v]
-                                                var f = (a32 - csum * 128).cast[DType.float32]()
-                                                store_scaled(g, f, ea.unsafe_load(r), eb, r, jc + jj, nc - jj)
-                    else:
-                        # HH' and HL' (A hi offset by +128)
-                        comptime for q in range(IMR * INV):
-                            acc[q] = SIMD[DType.int32, IW](0)
-                            acc2[q] = SIMD[DType.int32, IW](0)
-                        ukernel_int_2b(aph, bph, bpl, kg, acc, acc2)
-                        var hh = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
-                        var mid = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
-                        comptime for i in range(IMR):
+                    # HH' and HL' (A hi offset by +128)
+                    comptime for q in range(IMR * INV):
+                        acc[q] = SIMD[DType.int32, IW](0)
+                        acc2[q] = SIMD[DType.int32, IW](0)
+                    ukernel_int_2b(aph, bph, bpl, kg, acc, acc2)
+                    var hh = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
+                    var mid = Array[SIMD[DType.int64, IW], IMR * INV](fill=SIMD[DType.int64, IW](0))
+                    comptime for i in range(IMR):
+                        comptime for v in range(INV):
+                            var ch = cs_h.unsafe_load[width=IW](jp * INR + v * IW)
+                            var cl = cs_l.unsafe_load[width=IW](jp * INR + v * IW)
+                            hh[i * INV + v] = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
+                            mid[i * INV + v] = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
+                    # LH' and LL' (A lo offset by +128)
+                    comptime for q in range(IMR * INV):
+                        acc[q] = SIMD[DType.int32, IW](0)
+                        acc2[q] = SIMD[DType.int32, IW](0)
+                    ukernel_int_2b(apl, bph, bpl, kg, acc, acc2)
+                    comptime for i in range(IMR):
+                        if i < mr:
                             comptime for v in range(INV):
-                                var ch = cs_h.unsafe_load[width=IW](jp * INR + v * IW)
-                                var cl = cs_l.unsafe_load[width=IW](jp * INR + v * IW)
-                                hh[i * INV + v] = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
-                                mid[i * INV + v] = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
-                        # LH' and LL' (A lo offset by +128)
-                        comptime for q in range(IMR * INV):
-                            acc[q] = SIMD[DType.int32, IW](0)
-                            acc2[q] = SIMD[DType.int32, IW](0)
-                        ukernel_int_2b(apl, bph, bpl, kg, acc, acc2)
-                        comptime for i in range(IMR):
-                            if i < mr:
-                                comptime for v in range(INV):
-                                    var jj = jp * INR + v * IW
-                                    if jj < nc:
-                                        var ch = cs_h.unsafe_load[width=IW](jj)
-                                        var cl = cs_l.unsafe_load[width=IW](jj)
-                                        var lh = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
-                                        var ll = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
-                                        var s = join15_products[IW](hh[i * INV + v], mid[i * INV + v], lh, ll)
-                                        var f = s.cast[DType.float32]()
-                                        store_scaled(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
+                                var jj = jp * INR + v * IW
+                                if jj < nc:
+                                    var ch = cs_h.unsafe_load[width=IW](jj)
+                                    var cl = cs_l.unsafe_load[width=IW](jj)
+                                    var lh = (acc[i * INV + v] - ch * 128).cast[DType.int64]()
+                                    var ll = (acc2[i * INV + v] - cl * 128).cast[DType.int64]()
+                                    var s = join15_products[IW](hh[i * INV + v], mid[i * INV + v], lh, ll)
+                                    var f = s.cast[DType.float32]()
+                                    store_scaled(g, f, ea.unsafe_load(ic + ip * IMR + i), eb, ic + ip * IMR + i, jc + jj, nc - jj)
             ic += imc
         jc += nc_max

@@ -47,7 +47,8 @@ def ukernel_int(a: U32Ptr, b: U32Ptr, kg: Int, mut acc: IAcc):
 @always_inline
 def ukernel_int_2b(a: U32Ptr, b1: U32Ptr, b2: U32Ptr, kg: Int, mut acc1: IAcc, mut acc2: IAcc):
     """acc1 += A . B1 and acc2 += A . B2 in one sweep (one A broadcast feeds both):
-    the int15 hi/lo planes of B against one plane of A."""
+    two adjacent column panels of the int8 profile, or the int15 hi/lo planes of B
+    against one plane of A."""
     for g in range(kg):
         var bv1 = Array[SIMD[DType.int32, IW], INV](fill=SIMD[DType.int32, IW](0))
         var bv2 = Array[SIMD[DType.int32, IW], INV](fill=SIMD[DType.int32, IW](0))
@@ -59,19 +60,3 @@ def ukernel_int_2b(a: U32Ptr, b1: U32Ptr, b2: U32Ptr, kg: Int, mut acc1: IAcc, m
             comptime for v in range(INV):
                 acc1[i * INV + v] = _dp(acc1[i * INV + v], av, bv1[v])
                 acc2[i * INV + v] = _dp(acc2[i * INV + v], av, bv2[v])
-
-
-@always_inline
-def ukernel_int_2a(a1: U32Ptr, a2: U32Ptr, b: U32Ptr, kg: Int, mut acc1: IAcc, mut acc2: IAcc):
-    """acc1 += A1 . B and acc2 += A2 . B in one sweep (one B load feeds both): two
-    adjacent row panels of the int8 profile."""
-    for g in range(kg):
-        var bv = Array[SIMD[DType.int32, IW], INV](fill=SIMD[DType.int32, IW](0))
-        comptime for v in range(INV):
-            bv[v] = b.unsafe_load[width=IW](g * INR + v * IW).cast[DType.int32]()
-        comptime for i in range(IMR):
-            var av1 = SIMD[DType.int32, IW](Int32(a1.unsafe_load(g * IMR + i)))
-            var av2 = SIMD[DType.int32, IW](Int32(a2.unsafe_load(g * IMR + i)))
-            comptime for v in range(INV):
-                acc1[i * INV + v] = _dp(acc1[i * INV + v], av1, bv[v])
-                acc2[i * INV + v] = _dp(acc2[i * INV + v], av2, bv[v])
