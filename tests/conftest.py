@@ -1,7 +1,18 @@
-"""Fixtures shared by the test files."""
+"""Fixtures shared by the test files.
+
+The suite runs with MOJOLEARN_SPLIT_ALL=1 (set here, before mojolearn is imported, so
+child processes inherit it): every product is split over all the configured tasks, as
+the thread-count and identity tests need on their small shapes. The default, which
+gives a small blocked product fewer tasks, is tested in tests/test_threads_split.py with
+the variable unset.
+"""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+os.environ["MOJOLEARN_SPLIT_ALL"] = "1"
 
 
 @pytest.fixture

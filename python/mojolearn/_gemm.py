@@ -13,7 +13,7 @@ import threading
 
 from ._array import Array, empty
 from ._native_loader import native
-from ._threads import tasks
+from ._threads import gemm_tasks
 from ._buffers import Buf, read
 from ._validate import buf, contiguous, out_buf
 from . import _convert
@@ -236,7 +236,7 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extr
     wa, wn = _ws()
     need = native().gemm_f32((
         ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
-        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), tasks(),
+        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), gemm_tasks("fp32", m, n, k),
         sabotage_arg(), wa, wn,
     ))
     if need > wn:
@@ -359,12 +359,11 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
     caddr = ob.addr if ob is not None else res.address
     a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
     calls = _nd_calls(ab, bb, caddr, m, n, k, batch, pa, pb, transpose_a)
-    threads = tasks()
     for pa_, pb_, pc_, rows in calls:
         wa, wn = _ws()
         need = native().gemm_f32((
             pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b), a16, b16,
-            threads, sabotage_arg(), wa, wn,
+            gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn,
         ))
         if need > wn:
             _ws_fit(need)
@@ -461,12 +460,11 @@ def _run_prepared(func, a, p, transpose_a, transpose_b, out, a_dtypes):
     else:
         sa = m * k * ab.itemsize
         calls = [(ab.addr + t * sa, caddr + t * m * n * 4, m) for t in range(nb)]
-    threads = tasks()
     nat = native()
     for pa_, pc_, rows in calls:
         wa, wn = _ws()
         need = nat.gemm_f32_packed((pa_, p._addr, pc_, rows, n, k, int(transpose_a), a16,
-                                    threads, sabotage_arg(), wa, wn))
+                                    gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn))
         if need > wn:
             _ws_fit(need)
     return res
@@ -552,7 +550,7 @@ def _int_gemm(func, a, b, out, nplanes, max_k, rule, extra):
     res, caddr = _result(func, out, ob, m, n)
     if m and n:
         wa, wn = _ws()
-        tail = (tasks(), sabotage_arg(), wa, wn)
+        tail = (gemm_tasks("int", m, n, k, nplanes * nplanes), sabotage_arg(), wa, wn)
         if pre is not None:
             bpk = pre._int["packed"]
             if nplanes == 1:

@@ -109,6 +109,55 @@ def tasks() -> int:
     return n
 
 
+# A product of little work gains nothing from more tasks: starting one on the runtime's
+# workers and waiting for it costs the caller microseconds that such a product does not
+# repay (on a 2-core AMD Zen 5 under KVM, products of 0.07-2.1 M multiply-adds split in
+# two took 7-36 us longer than as one task). The blocked GEMMs (more rows than the
+# decode paths take) therefore give each task at least this many multiply-adds, the
+# integer kernels counted in int8 products (int15 is four of them); the decode paths
+# (m up to the build's ROWS_MAX / INT_ROWS_MAX) keep their own split.
+# MOJOLEARN_SPLIT_ALL=1 splits every product over all the tasks instead. Neither changes
+# a bit (the task count never does).
+MIN_TASK_MACS = {"fp32": 1 << 20, "int": 8 << 20}
+_ROWS_KEY = {"fp32": "ROWS_MAX", "int": "INT_ROWS_MAX"}
+_decode_rows: dict | None = None
+SPLIT_ALL_ENV = "MOJOLEARN_SPLIT_ALL"
+_split_all: bool | None = None
+
+
+def _split_all_set() -> bool:
+    global _split_all
+    if _split_all is None:
+        raw = os.environ.get(SPLIT_ALL_ENV, "").strip()
+        if raw not in ("", "0", "1"):
+            shown = raw if len(raw) <= 32 else raw[:32] + "..."
+            raise ValueError(
+                f"mojolearn: {SPLIT_ALL_ENV}={shown!r} is not 0 or 1; set it to 1 to split "
+                "every product over all the threads, or unset it"
+            )
+        _split_all = raw == "1"
+    return _split_all
+
+
+def gemm_tasks(kind: str, m: int, n: int, k: int, products: int = 1) -> int:
+    """The task count of one GEMM call on the CPU: ``tasks()``, capped for a blocked
+    product (more rows than the build's decode path takes) so that each task gets at
+    least MIN_TASK_MACS[kind] multiply-adds (m * n * k * products of them; products = 4
+    for int15's four int8 products)."""
+    global _decode_rows
+    t = tasks()
+    if t == 1 or _split_all_set():
+        return t
+    if _decode_rows is None:
+        from ._native_loader import blocking
+
+        table = blocking()
+        _decode_rows = {kd: table[key] for kd, key in _ROWS_KEY.items()}
+    if m <= _decode_rows[kind]:
+        return t
+    return max(1, min(t, m * n * k * products // MIN_TASK_MACS[kind]))
+
+
 def _after_fork_in_child():
     global _fork_child_without_pool
     if _pool_may_run:

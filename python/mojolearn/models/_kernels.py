@@ -11,7 +11,7 @@ import struct
 import numpy as np
 
 from .._native_loader import cpu_native as native  # the models run on the CPU in this version
-from .._threads import tasks
+from .._threads import gemm_tasks, tasks
 from .. import _gemm
 
 
@@ -32,7 +32,7 @@ def gemm_nt(x, ldx_rows: int, w, out, *, w_bf16: bool = False):
         return out
     wa, wn = _gemm._ws()
     need = native().gemm_f32((
-        _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), tasks(),
+        _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), gemm_tasks("fp32", m, n, k),
         _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
@@ -56,7 +56,7 @@ def gemm_prepared(x, ldx_rows: int, p, out):
         return out
     wa, wn = _gemm._ws()
     need = native().gemm_f32_packed((
-        _a(x), p._addr, _a(out), m, n, k, 0, 0, tasks(), _gemm.sabotage_arg(), wa, wn,
+        _a(x), p._addr, _a(out), m, n, k, 0, 0, gemm_tasks("fp32", m, n, k), _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)
@@ -91,7 +91,7 @@ def gemm_int15(xq, p, out, m: int, n: int, k: int):
     hi, lo = parts["planes"]
     need = native().gemm_int15_packed((
         _a(xq[0]), _a(xq[1]), _a(xq[2]), hi, lo, parts["exps"], parts["packed"], _a(out),
-        m, n, k, tasks(), _gemm.sabotage_arg(), wa, wn,
+        m, n, k, gemm_tasks("int", m, n, k, 4), _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)
