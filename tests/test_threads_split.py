@@ -134,8 +134,17 @@ def test_split_all_gives_every_product_all_tasks():
 
 
 def test_split_all_refuses_other_values():
-    """A value other than 0 or 1 is refused by name at the first product."""
+    """A value other than 0 or 1 is refused by name at the first product, with 2
+    threads and with 1."""
     for bad in ("2", "yes", "x" * 40):
         r = _child({"MOJOLEARN_SPLIT_ALL": bad})
         assert r.returncode != 0
         assert "MOJOLEARN_SPLIT_ALL" in r.stderr and "is not 0 or 1" in r.stderr, r.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k != "MOJOLEARN_SPLIT_ALL"}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(ROOT)]),
+               MOJOLEARN_SPLIT_ALL="2", MOJOLEARN_NUM_THREADS="1")
+    code = ("import numpy as np; from mojolearn import linalg; "
+            "x = np.ones((8, 8), np.float32); linalg.matmul(x, x)")
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "MOJOLEARN_SPLIT_ALL" in r.stderr, r.stderr[-2000:]

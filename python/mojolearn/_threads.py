@@ -145,8 +145,9 @@ def gemm_tasks(kind: str, m: int, n: int, k: int, products: int = 1) -> int:
     least MIN_TASK_MACS[kind] multiply-adds (m * n * k * products of them; products = 4
     for int15's four int8 products)."""
     global _decode_rows
+    split_all = _split_all_set()  # a bad value is refused whatever the task count
     t = tasks()
-    if t == 1 or _split_all_set():
+    if t == 1 or split_all:
         return t
     if _decode_rows is None:
         from ._native_loader import blocking
