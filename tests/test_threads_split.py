@@ -1,24 +1,19 @@
 """How many tasks a GEMM call gets (mojolearn._threads.gemm_tasks): a blocked product
 gives each task at least MIN_TASK_MACS multiply-adds (int15 counted as four int8
 products), the decode paths keep every task, MOJOLEARN_SPLIT_ALL=1 splits every product
-over all of them; the bits are the same either way.
+over all of them; the bits are the same either way (compared between two children).
 
 The rest of the suite runs with MOJOLEARN_SPLIT_ALL=1 (tests/conftest.py), so these
 tests run their calls in child processes with the variable unset.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-
-import numpy as np
-
-from mojolearn import linalg
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +24,7 @@ CHILD = textwrap.dedent("""
     from mojolearn import linalg, _threads
     from mojolearn._native_loader import blocking, cpu_native
 
-    mojolearn.set_num_threads(2)
+    mojolearn.set_num_threads(int(sys.argv[2]))
     mod = cpu_native()
     seen = {}
     for name, at in (("gemm_f32", 10), ("gemm_f32_packed", 8), ("gemm_int8", 8),
@@ -61,37 +56,20 @@ SHAPES = [(5, 64, 64), (64, 64, 64), (96, 96, 96), (128, 128, 128), (192, 192, 1
           (256, 256, 256), (160, 160, 160), (2, 4096, 512)]
 
 
-def _child(extra_env):
+def _child(extra_env, threads=2):
+    """CHILD with `threads` tasks, MOJOLEARN_SPLIT_ALL unset unless extra_env sets it."""
     env = {k: v for k, v in os.environ.items() if k != "MOJOLEARN_SPLIT_ALL"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT)] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(extra_env)
-    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(SHAPES)], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
-    return r
+    return subprocess.run([sys.executable, "-c", CHILD, json.dumps(SHAPES), str(threads)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def _hashes_here():
-    """The same products in this process (every product split over 2 tasks)."""
-    import mojolearn
-
-    prev = mojolearn.get_num_threads()
-    mojolearn.set_num_threads(2)
-    try:
-        rng = np.random.default_rng(5)
-        out = {}
-        for m, n, k in SHAPES:
-            a = rng.standard_normal((m, k)).astype(np.float32)
-            b = rng.standard_normal((n, k)).astype(np.float32)
-            qa, qb = linalg.quantize_int8(a), linalg.quantize_int8(b)
-            ha, hb = linalg.quantize_int15(a), linalg.quantize_int15(b)
-            res = [linalg.matmul(a, b, transpose_b=True),
-                   linalg.matmul(a, linalg.prepare(b, transpose_b=True), transpose_b=True),
-                   linalg.matmul_int8(qa, qb), linalg.matmul_int15(ha, hb)]
-            out[f"{m}x{n}x{k}"] = hashlib.sha256(b"".join(np.asarray(r).tobytes() for r in res)).hexdigest()
-        return out
-    finally:
-        mojolearn.set_num_threads(prev)
+def _run(extra_env):
+    r = _child(extra_env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def _expected_tasks(m, n, k, table, rows, int_rows):
@@ -107,9 +85,7 @@ def test_small_blocked_products_get_fewer_tasks_with_the_same_bits():
     """With 2 threads and the variable unset: the task count each GEMM entry is given
     follows MIN_TASK_MACS (small products one task, larger ones two, decode rows two),
     and every product's bits equal those of the same product split over 2 tasks."""
-    r = _child({})
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got = _run({})
     table, rows, int_rows = got["table"], got["rows"], got["int_rows"]
     ones = twos = 0
     for m, n, k in SHAPES:
@@ -121,14 +97,12 @@ def test_small_blocked_products_get_fewer_tasks_with_the_same_bits():
             ones += t == 1
             twos += t == 2
     assert ones >= 8 and twos >= 8  # both sides of every threshold are exercised
-    assert got["hash"] == _hashes_here()
+    assert got["hash"] == _run({"MOJOLEARN_SPLIT_ALL": "1"})["hash"]
 
 
 def test_split_all_gives_every_product_all_tasks():
     """MOJOLEARN_SPLIT_ALL=1: every entry is given the 2 configured tasks."""
-    r = _child({"MOJOLEARN_SPLIT_ALL": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got = _run({"MOJOLEARN_SPLIT_ALL": "1"})
     for key, seen in got["tasks"].items():
         assert all(v == [2] for v in seen.values()), (key, seen)
 
@@ -136,15 +110,7 @@ def test_split_all_gives_every_product_all_tasks():
 def test_split_all_refuses_other_values():
     """A value other than 0 or 1 is refused by name at the first product, with 2
     threads and with 1."""
-    for bad in ("2", "yes", "x" * 40):
-        r = _child({"MOJOLEARN_SPLIT_ALL": bad})
+    for bad, threads in (("2", 2), ("yes", 2), ("x" * 40, 2), ("2", 1)):
+        r = _child({"MOJOLEARN_SPLIT_ALL": bad}, threads)
         assert r.returncode != 0
         assert "MOJOLEARN_SPLIT_ALL" in r.stderr and "is not 0 or 1" in r.stderr, r.stderr[-2000:]
-    env = {k: v for k, v in os.environ.items() if k != "MOJOLEARN_SPLIT_ALL"}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(ROOT)]),
-               MOJOLEARN_SPLIT_ALL="2", MOJOLEARN_NUM_THREADS="1")
-    code = ("import numpy as np; from mojolearn import linalg; "
-            "x = np.ones((8, 8), np.float32); linalg.matmul(x, x)")
-    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode != 0 and "MOJOLEARN_SPLIT_ALL" in r.stderr, r.stderr[-2000:]
