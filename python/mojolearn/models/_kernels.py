@@ -6,6 +6,7 @@ contracts/gemm/).
 """
 from __future__ import annotations
 
+import ctypes
 import struct
 
 import numpy as np
@@ -15,8 +16,19 @@ from .._threads import gemm_tasks, tasks
 from .. import _gemm
 
 
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
 def _a(x) -> int:
-    return x.ctypes.data
+    """The address of x's first element. A writable C-contiguous array (every buffer
+    the models hand a kernel) through ctypes' buffer view: 0.3 us against numpy's
+    ``x.ctypes.data`` at 1.1 us, and a greedy decode step makes about a thousand of
+    these calls; anything else (read-only, strided, empty) through ``x.ctypes.data``."""
+    try:
+        return _addressof(_from_buffer(x))
+    except (TypeError, ValueError):
+        return x.ctypes.data
 
 
 def f32_bits(x: float) -> int:
