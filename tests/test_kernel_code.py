@@ -34,12 +34,15 @@ MAC = re.compile(r"\b(vfmadd231ps|vpdpbusd|vpmaddwd)\b")
 # a vector register stored to a memory operand (a spill or a store of a sum)
 VSTORE = re.compile(r"\bv?mov(?:dqu64|dqu32|dqu16|dqu8|dqa64|dqa32|dqu|dqa|ups|aps)\s+%[xyz]mm\d+,\s*[^%\s,]*\(")
 BRANCH = re.compile(r"(j[a-z]+)\s+([0-9a-f]+)\b")
-# the functions that hold the GEMM micro-kernel loops (Mojo symbol prefixes)
+# the functions that hold the GEMM micro-kernel loops (Mojo symbol prefixes; where
+# LLVM may or may not inline a block function into its entry, either name)
 KERNEL_FUNCS = {
-    "fp32.v1 blocked (f32_block)": "gemm::cpu::fp32_v1::f32_block(",
-    "fp32.v1 entry (gemm_f32)": "gemm::cpu::entry::closure$gemm_f32(",
-    "fp32.v1 prepared (gemm_f32_packed)": "gemm::cpu::prepared::closure$gemm_f32_packed(",
-    "integer (int8i32.v1 / int15i64.v1)": "gemm::cpu::entry::closure$_int_call(",
+    "fp32.v1 blocked (f32_block)": ("gemm::cpu::fp32_v1::f32_block(",),
+    "fp32.v1 entry (gemm_f32)": ("gemm::cpu::entry::closure$gemm_f32(",),
+    "fp32.v1 prepared (gemm_f32_packed)": ("gemm::cpu::prepared::closure$gemm_f32_packed(",),
+    "integer (int8i32.v1 / int15i64.v1)": ("gemm::cpu::entry::closure$_int_call(",
+                                           "gemm::cpu::int_gemm::int_block(",
+                                           "gemm::cpu::avx2_int::avx2_block("),
 }
 # builds whose integer GEMMs run vector kernels (AMX's are tile instructions)
 INT_VECTOR_BUILDS = ("v4", "v3")
@@ -97,7 +100,7 @@ def _check(lib: Path, isa: str):
     for what, prefix in KERNEL_FUNCS.items():
         if "integer" in what and isa not in INT_VECTOR_BUILDS:
             continue
-        mine = [x for x in loops if x[0].startswith(prefix)]
+        mine = [x for x in loops if x[0].startswith(prefix)]  # prefix: a tuple of names
         if not mine:
             problems.append(f"{what}: no loop with >= {MIN_MACS} multiply-adds found (renamed? "
                             f"then update KERNEL_FUNCS)")
