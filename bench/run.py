@@ -6,9 +6,9 @@ user gets them (their worker threads busy-wait for a while after a call; torch's
 OpenMP is not set to passive waiting, which would make every short torch call wake
 sleeping workers first while ours run warm); after a numpy/torch call the run sleeps
 SETTLE seconds so those busy-waiting workers park before the next contender is timed
-(otherwise they steal a core), and a call shorter than WARM_S is timed warm (one
-untimed call of the same contender right before each timed one), so no contender is
-timed cold because of the pause before it. Results are checked after timing. The table is
+(otherwise they steal a core), and a call shorter than WARM_S is timed warm (untimed
+calls of the same contender for at least WARM_MIN_S right before each timed one), so
+no contender is timed cold because of the pause before it. Results are checked after timing. The table is
 printed and written to bench/results/<vendor>-<box>-<isa>.json (the CPU build that
 ran: mojolearn.cpu_isa(); `make bench` runs once per build this CPU can run) with a
 header (machine, CPU model, ISA, versions, commit, command, date) and a PNG plot
@@ -81,9 +81,10 @@ def timed(fn):
     return now() - t, r
 
 
-# a call shorter than this is timed warm: one untimed call of the same contender runs
-# right before each timed one (see race)
+# a call shorter than WARM_S is timed warm: untimed calls of the same contender run for
+# at least WARM_MIN_S right before each timed one (see race)
 WARM_S = 0.05
+WARM_MIN_S = 0.03
 
 
 def race(contenders, reps, settle_after):
@@ -91,11 +92,16 @@ def race(contenders, reps, settle_after):
     A thread-pool peer whose workers busy-wait after a call (numpy's OpenBLAS, torch)
     is followed by a SETTLE pause so it does not steal a core from the next one.
     Every contender is timed in the same state: one whose call takes under WARM_S makes
-    one untimed call right before each timed one, so its threads are awake and its
-    operands cached, whoever ran (or paused) before it. Without this the contender
-    after a SETTLE pause was always timed cold and the one after it always warm: on a
-    2-core AMD Zen 5, a 1x4096x4096 product took 2.40 ms cold and 2.06 ms warm (ours),
-    2.27 and 1.77 ms (numpy), so the order alone moved that ratio from 0.86x to 0.70x."""
+    untimed calls for at least WARM_MIN_S right before each timed one, so its threads
+    are awake, the cores clocked up and its operands cached, whoever ran (or paused)
+    before it. Without this the contender after a SETTLE pause was always timed cold and
+    the one after it always warm: on a 2-core AMD Zen 5, a 1x4096x4096 product took
+    2.40 ms cold and 2.06 ms warm (ours), 2.27 and 1.77 ms (numpy), so the order alone
+    moved that ratio from 0.86x to 0.70x. One warm call was not enough after the pause:
+    there, in two runs of 9 reps, the prepared 1x4096x4096 NT product took 1.96-1.98 ms
+    (ours) and 1.38-1.73 ms (numpy) after one untimed call, 1.12-1.67 and 1.26-1.80 ms
+    after 10 ms of them, 1.07-1.20 and 1.12-1.22 ms after 30 ms (medians), as in a run of
+    back-to-back calls."""
     times = {k: [] for k in contenders}
     warm = set()
     for name, fn in contenders.items():  # warm-up (page faults, caches)
@@ -107,7 +113,10 @@ def race(contenders, reps, settle_after):
     for _ in range(reps):
         for name, fn in contenders.items():
             if name in warm:
+                t0 = now()
                 fn()
+                while now() - t0 < WARM_MIN_S:
+                    fn()
             dt, _ = timed(fn)
             times[name].append(dt)
             if name in settle_after:
@@ -369,7 +378,7 @@ def main(argv=None):
         "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
                      "torch": ver("torch"), "python": platform.python_version()},
         "method": f"medians of {reps} interleaved reps after one warm-up; numpy and torch at their threading defaults; {SETTLE}s settle after numpy/torch calls; "
-                  f"calls under {WARM_S * 1e3:.0f} ms timed warm (one untimed call of the same contender right before each timed one); ratio = peer time / mojolearn time (>1: mojolearn faster); ratios[c] = the same for every other contender c, by medians and by fastest reps (best = c's fastest rep / mojolearn's fastest rep)",
+                  f"calls under {WARM_S * 1e3:.0f} ms timed warm (untimed calls of the same contender for at least {WARM_MIN_S * 1e3:.0f} ms right before each timed one); ratio = peer time / mojolearn time (>1: mojolearn faster); ratios[c] = the same for every other contender c, by medians and by fastest reps (best = c's fastest rep / mojolearn's fastest rep)",
         "peers_pinned": ({"env": PEER_PIN, "why": f"the {isa} build on a CPU that runs a wider build "
                           f"({', '.join(_wider)}): numpy/torch pinned to the {isa} build's ISA, as "
                           "on a machine of that ISA"} if PEER_PIN else None),
