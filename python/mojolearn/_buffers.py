@@ -171,11 +171,21 @@ def _typestr_name(typestr) -> str:
     return name
 
 
+def writable_address(obj):
+    """The address of a writable C-contiguous, non-empty buffer through ctypes' own view
+    of it (0.3 us on the 2-core Zen 5, against 1.1 us for numpy's ``x.ctypes.data`` and
+    1.6 us for the PyObject_GetBuffer call in _address), or None for any other buffer
+    (read-only, strided, empty), whose address the caller reads its slower way."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(obj))
+    except (TypeError, ValueError, BufferError):
+        return None
+
+
 def _address(mv: memoryview) -> int:
-    if not mv.readonly and mv.c_contiguous:
-        # a writable C-contiguous buffer: ctypes' own view of it (0.3 us, against
-        # 1.5 us for the PyObject_GetBuffer call below on the 2-core Zen 5)
-        return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+    addr = writable_address(mv)
+    if addr is not None:
+        return addr
     view = _PyBuffer()
     if _GetBuffer(mv, ctypes.byref(view), _PyBUF_STRIDED_RO) != 0:  # pragma: no cover
         raise TypeError("mojolearn: cannot read the buffer's address")

@@ -6,7 +6,6 @@ contracts/gemm/).
 """
 from __future__ import annotations
 
-import ctypes
 import struct
 
 import numpy as np
@@ -14,21 +13,15 @@ import numpy as np
 from .._native_loader import cpu_native as native  # the models run on the CPU in this version
 from .._threads import gemm_tasks, tasks
 from .. import _gemm
-
-
-_from_buffer = ctypes.c_char.from_buffer
-_addressof = ctypes.addressof
+from .._buffers import writable_address
 
 
 def _a(x) -> int:
-    """The address of x's first element. A writable C-contiguous array (every buffer
-    the models hand a kernel) through ctypes' buffer view: 0.3 us against numpy's
-    ``x.ctypes.data`` at 1.1 us, and a greedy decode step makes about a thousand of
-    these calls; anything else (read-only, strided, empty) through ``x.ctypes.data``."""
-    try:
-        return _addressof(_from_buffer(x))
-    except (TypeError, ValueError):
-        return x.ctypes.data
+    """The address of x's first element: a writable C-contiguous array (every buffer the
+    models hand a kernel; a greedy decode step makes about a thousand of these calls)
+    through _buffers.writable_address, anything else through ``x.ctypes.data``."""
+    addr = writable_address(x)
+    return addr if addr is not None else x.ctypes.data
 
 
 def f32_bits(x: float) -> int:
