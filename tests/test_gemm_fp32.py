@@ -151,6 +151,21 @@ def test_blocked_path_both_visit_orders(k):
 TILE_NS = [1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97]
 
 
+KU = BLOCKS["KU"]
+# leaf lengths of every residue mod KU, on a whole leaf and on a short last leaf
+UNROLL_KS = sorted({r for r in range(1, 2 * KU + 2)} | {128 + r for r in range(1, KU + 1)})
+
+
+@pytest.mark.parametrize("m", [2 * MR + 1, MC + 1])
+@pytest.mark.parametrize("k", UNROLL_KS)
+def test_micro_kernel_unrolled_steps_and_tail(m, k):
+    """6.3 6.5: the micro-kernel runs KU steps a loop iteration, then the leaf's last
+    lk % KU steps one by one: every residue, on the small-m and the blocked path, all
+    layouts, against the oracle (a tail step out of order or left out changes bits)."""
+    a, b = normal(m, k), normal(k, 33)
+    check_all_layouts(a, b, f"KU={KU}")
+
+
 @pytest.mark.parametrize("m", EDGE_MS)
 def test_tile_edges(m):
     """6.3 6.4 6.5: every m from 1 to 14 and the register/panel/block edges of this

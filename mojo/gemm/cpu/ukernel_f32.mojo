@@ -11,7 +11,7 @@ Reads packed panels only (pack_f32.mojo); never allocates, never loops over bloc
 from std.collections import Array
 from arith.tree import chain_step_daz
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W
+from gemm.cpu.blocking import MR, NR, NV, W, KU
 
 comptime Acc = Array[SIMD[DType.float32, W], MR * NV]
 
@@ -20,17 +20,31 @@ comptime Acc = Array[SIMD[DType.float32, W], MR * NV]
 def ukernel_leaf[R: Int = MR](a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc):
     """a: MR values per kk; b: NR values per kk, rows ldb apart (NR when packed).
     Only the first R rows are computed (R < MR for short edge tiles); the others
-    are left at +0 and never stored."""
+    are left at +0 and never stored. The loop body is KU steps (blocking.KU), each
+    output's chain still one fma per kk in ascending order."""
     comptime for q in range(MR * NV):
         acc[q] = SIMD[DType.float32, W](0)
-    for kk in range(lk):
-        var bv = Array[SIMD[DType.float32, W], NV](fill=SIMD[DType.float32, W](0))
+    var kk = 0
+    while kk + KU <= lk:
+        comptime for u in range(KU):
+            _step[R](a, b, kk + u, ldb, acc)
+        kk += KU
+    while kk < lk:
+        _step[R](a, b, kk, ldb, acc)
+        kk += 1
+
+
+@always_inline
+def _step[R: Int](a: F32Ptr, b: F32Ptr, kk: Int, ldb: Int, mut acc: Acc):
+    """Step kk of the leaf for the first R rows of the tile (rule 6.3's order: the
+    caller runs kk ascending, KU steps per loop iteration)."""
+    var bv = Array[SIMD[DType.float32, W], NV](fill=SIMD[DType.float32, W](0))
+    comptime for v in range(NV):
+        bv[v] = b.unsafe_load[width=W](kk * ldb + v * W)
+    comptime for i in range(R):
+        var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
         comptime for v in range(NV):
-            bv[v] = b.unsafe_load[width=W](kk * ldb + v * W)
-        comptime for i in range(R):
-            var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
-            comptime for v in range(NV):
-                acc[i * NV + v] = chain_step_daz[W](av, bv[v], acc[i * NV + v])
+            acc[i * NV + v] = chain_step_daz[W](av, bv[v], acc[i * NV + v])
 
 
 def ukernel_leaf_reversed(a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc):
