@@ -622,16 +622,18 @@ def test_k_chunks(profile, k):
         assert_same_bits(linalg.matmul_int15(qa, qb), O.gemm_int15(*qa, *qb), f"int15 k={k}")
 
 
-@pytest.mark.parametrize("k", [511, 512, 513, 1025, 65536])
+@pytest.mark.parametrize("k", [5, 6, 7, 511, 512, 513, 1025, 65535, 65536])
 def test_int15_sums_exact_for_any_planes(k):
     """W-3 W-4: int15 sums are exact for any int8 planes (codes hi * 128 + lo down to
-    -16512) up to k = 65536 on every build: the AVX2 kernel's int32 partial sums (256
-    k-pairs of whole-code x plane products) move to int64 before they can overflow
-    (k = 511..513, 1025 cross that), the int8-piece kernels sum each piece in int32."""
+    -16512) up to k = 65536 on every build, on the blocked kernels (more rows than the
+    decode rows take): the AVX2 kernel's int32 sums of three k-pairs of whole-code
+    products (up to 6 * 16512**2, under 2**31: the all-(-16512) row) and its split
+    accumulator read back in int64 (k = 5..7: one, two and three k-pairs past a whole
+    group; 65536: the most groups), the int8-piece kernels' pieces summed in int32."""
     rng = np.random.default_rng(k)
     hi_pool = np.array([-128, -128, 127, 127, 0, -1], np.int8)
     lo_pool = np.array([-128, 127, 127, 0, -128, 5], np.int8)
-    rows = 4 if k == 65536 else 9
+    rows = 7 if k >= 65535 else 9
     ah, al = hi_pool[rng.integers(0, 6, (rows, k))], lo_pool[rng.integers(0, 6, (rows, k))]
     bh, bl = hi_pool[rng.integers(0, 6, (rows + 1, k))], lo_pool[rng.integers(0, 6, (rows + 1, k))]
     # the extremes on every product: (-16512)**2 and 16383 * -16512 in whole rows

@@ -96,6 +96,28 @@ def join15_sums[d: DType, w: Int](hi: SIMD[d, w], lo: SIMD[d, w]) -> SIMD[d, w]:
 
 
 @always_inline
+def fold_split_sum[w: Int](mut lo32: SIMD[DType.int32, w], mut hi32: SIMD[DType.int32, w],
+                           t: SIMD[DType.int32, w]):
+    """One exact integer partial sum t (|t| < 2**31) added into a split accumulator:
+    lo32 += t wrapping (the total mod 2**32), hi32 += t >> 16 (arithmetic). Two int32
+    lanes then hold a sum far past int32: join_split_sum reads it back exactly while
+    at most 2**15 such t were folded (the W-3 kernels fold one t per three k-pairs of
+    15-bit codes: at most 10923 of them at k = 65536, W-4)."""
+    lo32 = lo32 + t
+    hi32 = hi32 + (t >> 16)
+
+
+@always_inline
+def join_split_sum[w: Int](lo32: SIMD[DType.int32, w], hi32: SIMD[DType.int32, w]) -> SIMD[DType.int64, w]:
+    """The exact total of the t folded by fold_split_sum: sum(t) = hi * 2**16 + low,
+    low = sum(t & 0xFFFF) in [0, 2**32) (at most 2**15 terms below 2**16), which is
+    (lo32 - hi32 * 2**16) mod 2**32 read as unsigned: the one value of that residue
+    in [0, 2**32). |hi| stays below 2**15 * 2**15, exact in int32."""
+    var low = bitcast[DType.uint32, w](lo32 - (hi32 << 16)).cast[DType.int64]()
+    return (hi32.cast[DType.int64]() << 16) + low
+
+
+@always_inline
 def join15[w: Int](hi: SIMD[DType.int8, w], lo: SIMD[DType.int8, w]) -> SIMD[DType.int32, w]:
     """The 15-bit code hi * 128 + lo (W-2 read back), as int32."""
     return join15_sums[DType.int32, w](hi.cast[DType.int32](), lo.cast[DType.int32]())

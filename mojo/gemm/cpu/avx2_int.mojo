@@ -10,21 +10,25 @@ THE EXACT ROUTE: vpmaddwd ON 16-BIT VALUES
     pair sum ever wraps or saturates.
     int8: codes x codes, int32 sums (wrapping int32, like every other build; the
     true |S| < 2**31 by L-7).
-    int15: A's whole 15-bit code (hi * 128 + lo, 16 bits) x B's hi and lo planes
-    (int8 values as 16 bits): S = 128 * sum(a * bh) + sum(a * bl). Each pair sum is
-    below 2 * 16512 * 128 = 2**22.01, so an int32 lane takes 256 of them safely
-    (< 2**30.1); the int32 partial sums are moved into int64 every 256 k-pairs.
-    The int15 tile is AVX2_MR15 rows x one 8-column half of a panel (the two halves in
-    turn): 6 rows x 2 planes = 12 int32 sums, 2 B vectors and a broadcast fit the 16
-    registers. A 3-row x 16-column tile needs 17: LLVM kept one sum on the stack, and
-    its store-reload on every k-pair held the loop to the store-forwarding latency.
+    int15: both operands' whole 15-bit codes (hi * 128 + lo, 16 bits; |code| <= 16512
+    for any int8 planes) in one vpmaddwd: a pair sum is at most 2 * 16512**2 < 2**29.03,
+    so three of them (one t per AVX2_G15 = 3 k-pairs) stay below 2**31. Each t is
+    folded into a split accumulator (arith.quant.fold_split_sum: the wrapping int32
+    total and the total of t >> 16), read back exactly as int64 at the end of the tile
+    (join_split_sum; at most 10923 t at k = 65536). Per 3 k-pairs and 8 outputs: 3
+    vpmaddwd, 2 adds, 3 fold instructions, instead of 6 vpmaddwd and 6 adds over B's
+    two planes. The tile is AVX2_MR15 rows x one 8-column half of a panel (the two
+    halves in turn): 2 * 5 sums, the 3 k-pairs' B vectors, t, a product and a
+    broadcast: 15 of the 16 registers. (A tile one register larger spills: the
+    3-row x 16-column tile of the two-plane kernel kept one sum on the stack, and its
+    store-reload on every k-pair held the loop to the store-forwarding latency.)
 
 PACKING (k padded with zero codes to a multiple of 2)
     A panel (MR rows): for each k-pair p, MR words of two int16 (a[i, 2p], a[i, 2p+1]).
-    B panel (NR columns): for each k-pair p, NR words of two int16; int15 keeps one
-    panel per plane.
+    B panel (NR columns): for each k-pair p, NR words of two int16 (int15: whole
+    codes, as A).
     A whole panel is packed 8 k-pairs at a time: each row's (A) or column's (B) 16
-    codes sign-extended in one vector (int15 A: hi * 128 + lo) are 8 words, and an
+    codes sign-extended in one vector (int15: hi * 128 + lo) are 8 words, and an
     8 x 8 in-register transpose (pack_f32.transpose8) turns 8 such vectors into 8
     k-pair rows of the panel. A partial panel, the last k % 16 codes and an odd k's
     last code go element by element. Copies of the codes: the same words either way.
@@ -36,18 +40,18 @@ from common.ptr import I8Ptr, I32Ptr, U32Ptr
 from gemm.cpu.blocking import round_up
 from gemm.cpu.blocking import AVX2_MR as AMR  # rows per register tile
 from gemm.cpu.blocking import AVX2_MR15 as AMR15  # int15 keeps two sums per output
+from gemm.cpu.blocking import AVX2_G15 as G15  # int15: k-pairs per exact int32 partial sum
 from gemm.cpu.blocking import AVX2_NR as ANR  # columns per register tile (two 8-lane vectors)
 from gemm.cpu.blocking import AVX2_V as AV  # int32 lanes per vector
 from gemm.cpu.blocking import AVX2_A_BLOCK_BYTES as A_BLOCK_BYTES
 from gemm.cpu.blocking import AVX2_B_CHUNK_BYTES as B_CHUNK_BYTES
 from gemm.cpu.int_gemm import IntArgs, store_scaled
-from arith.quant import join15_sums
+from arith.quant import join15_sums, fold_split_sum, join_split_sum
 from gemm.cpu.pack_f32 import transpose8, store_first
 from std.memory import bitcast
 
 comptime A_ONCE_BYTES = 8 << 20  # a task's packed A up to this size is packed once, not per column chunk
-comptime FLUSH_PAIRS = 256  # int15: k-pairs summed in int32 before moving to int64
-comptime ACC15_WORDS = 2 * AMR15 * ANR * 2  # int64 sums of one int15 tile, as words
+comptime ACC15_WORDS = AMR15 * ANR * 2  # the int64 sums of one int15 tile, as words
 
 
 @always_inline
@@ -55,33 +59,39 @@ def _pairs(k: Int) -> Int:
     return (k + 1) // 2
 
 
-def avx2_mc(k: Int, rows: Int) -> Int:
-    var mc = max(AMR, (A_BLOCK_BYTES // (_pairs(k) * 4)) // AMR * AMR)
-    return min(mc, round_up(rows, AMR))
+@always_inline
+def _mr(int15: Bool) -> Int:
+    """Rows of an A panel (and of the register tile): AMR (int8) or AMR15 (int15)."""
+    return AMR15 if int15 else AMR
+
+
+def avx2_mc(k: Int, rows: Int, mr: Int) -> Int:
+    """Rows of A per block: a multiple of the panel's mr rows within A_BLOCK_BYTES."""
+    var mc = max(mr, (A_BLOCK_BYTES // (_pairs(k) * 4)) // mr * mr)
+    return min(mc, round_up(rows, mr))
 
 
 def avx2_nc(g: IntArgs, cols: Int) -> Int:
-    var planes = 2 if g.int15 else 1
-    var nc = max(ANR, (B_CHUNK_BYTES // (_pairs(g.k) * 4 * planes)) // ANR * ANR)
+    var nc = max(ANR, (B_CHUNK_BYTES // (_pairs(g.k) * 4)) // ANR * ANR)
     return min(nc, round_up(cols, ANR))
 
 
-def _a_once(k: Int, rows: Int) -> Bool:
+def _a_once(k: Int, rows: Int, mr: Int) -> Bool:
     """Whether a task's rows of A are packed once, before its column chunks (instead
     of once per chunk: the same copy, made fewer times)."""
-    return round_up(rows, AMR) * _pairs(k) * 4 <= A_ONCE_BYTES
+    return round_up(rows, mr) * _pairs(k) * 4 <= A_ONCE_BYTES
 
 
-def _a_words(k: Int, rows: Int) -> Int:
-    var r = rows if _a_once(k, rows) else avx2_mc(k, rows)
-    return round_up(r, AMR) * _pairs(k)
+def _a_words(k: Int, rows: Int, mr: Int) -> Int:
+    """Words of the packed A: the task's rows (a_once) or one block, in mr-row panels."""
+    var r = rows if _a_once(k, rows, mr) else avx2_mc(k, rows, mr)
+    return round_up(r, mr) * _pairs(k)
 
 
 def avx2_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
     """Workspace (32-bit words) of one task."""
     var kp = _pairs(g.k)
-    var planes = 2 if g.int15 else 1
-    return _a_words(g.k, rows) + planes * avx2_nc(g, cols) * kp + ACC15_WORDS + 16
+    return _a_words(g.k, rows, _mr(g.int15)) + avx2_nc(g, cols) * kp + ACC15_WORDS + 16
 
 
 @always_inline
@@ -138,14 +148,14 @@ def pack_a_avx2(g: IntArgs, i0: Int, mc: Int, mr: Int, dst: U32Ptr):
     var pv = 0
     for r in range(rows):
         var d = dst.unsafe_offset((r // mr) * mr * kp + r % mr)
-        if r % mr == 0 and r < full and mr == AMR:
+        if r % mr == 0 and r < full and mr == _mr(g.int15):
             var panel = dst.unsafe_offset((r // mr) * mr * kp)
             if g.int15:
-                pv = _pack_a_panel[AMR, True](hi, lo, (i0 + r) * k, k, panel)
+                pv = _pack_a_panel[AMR15, True](hi, lo, (i0 + r) * k, k, panel)
             else:
                 pv = _pack_a_panel[AMR, False](hi, lo, (i0 + r) * k, k, panel)
         elif r % mr == 0:
-            pv = 0  # a partial panel (or mr other than AMR): every pair by the loop below
+            pv = 0  # a partial panel (or another mr): every pair by the loop below
         if r < mc:
             var base = (i0 + r) * k
             for p in range(pv, k // 2):
@@ -158,10 +168,11 @@ def pack_a_avx2(g: IntArgs, i0: Int, mc: Int, mr: Int, dst: U32Ptr):
                 d.unsafe_store(p * mr, UInt32(0))
 
 
-def pack_b_avx2(src: I8Ptr, k: Int, j0: Int, nc: Int, dst: U32Ptr):
-    """Columns [j0, j0 + nc) (rows of the stored (n, k) plane) into ANR-column panels
-    of k-pair words; columns past nc are zero. Full panels: per AV pairs and AV
-    columns, the columns' words transposed in registers; the rest element by element."""
+def pack_b_avx2[int15: Bool](hi: I8Ptr, lo: I8Ptr, k: Int, j0: Int, nc: Int, dst: U32Ptr):
+    """Columns [j0, j0 + nc) (rows of the stored (n, k) codes; int15: of both planes,
+    joined into whole codes) into ANR-column panels of k-pair words; columns past nc
+    are zero. Full panels: per AV pairs and AV columns, the columns' words transposed
+    in registers; the rest element by element."""
     var kp = _pairs(k)
     var cols = round_up(nc, ANR)
     var full = (nc // ANR) * ANR
@@ -172,18 +183,19 @@ def pack_b_avx2(src: I8Ptr, k: Int, j0: Int, nc: Int, dst: U32Ptr):
         for p in range(0, pv, AV):
             comptime for h in range(ANR // AV):
                 comptime for r in range(AV):
-                    blk[r] = _words[False](src, src, (j0 + jb + h * AV + r) * k + 2 * p)
+                    blk[r] = _words[int15](hi, lo, (j0 + jb + h * AV + r) * k + 2 * p)
                 transpose8(blk)
                 comptime for q in range(AV):
                     d.unsafe_store((p + q) * ANR + h * AV, blk[q])
     for j in range(cols):
         var d = dst.unsafe_offset((j // ANR) * ANR * kp + j % ANR)
         if j < nc:
-            var row = src.unsafe_offset((j0 + j) * k)
+            var base = (j0 + j) * k
             for p in range(pv if j < full else 0, k // 2):
-                d.unsafe_store(p * ANR, _word(Int16(row.unsafe_load(2 * p)), Int16(row.unsafe_load(2 * p + 1))))
+                d.unsafe_store(p * ANR, _word(_code(hi, lo, int15, base + 2 * p),
+                                              _code(hi, lo, int15, base + 2 * p + 1)))
             if k % 2 == 1:
-                d.unsafe_store((kp - 1) * ANR, _word(Int16(row.unsafe_load(k - 1)), 0))
+                d.unsafe_store((kp - 1) * ANR, _word(_code(hi, lo, int15, base + k - 1), 0))
         else:
             for p in range(kp):
                 d.unsafe_store(p * ANR, UInt32(0))
@@ -229,29 +241,43 @@ def _tile_int8(a: U32Ptr, b: U32Ptr, kp: Int, mut acc: Array[SIMD[DType.int32, A
 
 
 @always_inline
-def _tile_int15(a: U32Ptr, bh: U32Ptr, bl: U32Ptr, p0: Int, p1: Int,
-                mut h: Array[SIMD[DType.int32, AV], AMR15], mut l: Array[SIMD[DType.int32, AV], AMR15]):
-    """k-pairs [p0, p1) of AMR15 rows x one AV-column half (bh, bl point at the half)."""
-    for p in range(p0, p1):
-        var vh = bh.unsafe_load[width=AV](p * ANR)
-        var vl = bl.unsafe_load[width=AV](p * ANR)
+def _tile_int15(a: U32Ptr, b: U32Ptr, kp: Int,
+                mut lo: Array[SIMD[DType.int32, AV], AMR15], mut hi: Array[SIMD[DType.int32, AV], AMR15]):
+    """All kp k-pairs of AMR15 rows x one AV-column half (b points at the half): per
+    G15 k-pairs and row, t = the G15 pair sums (exact in int32), folded into the split
+    sums (lo, hi) of that row; the last kp % G15 pairs one t each."""
+    var p = 0
+    while p + G15 <= kp:
+        var bv = Array[SIMD[DType.uint32, AV], G15](fill=SIMD[DType.uint32, AV](0))
+        comptime for q in range(G15):
+            bv[q] = b.unsafe_load[width=AV]((p + q) * ANR)
         comptime for i in range(AMR15):
-            var w = a.unsafe_load(p * AMR15 + i)
-            h[i] += _madd(w, vh)
-            l[i] += _madd(w, vl)
+            var t = _madd(a.unsafe_load(p * AMR15 + i), bv[0])
+            comptime for q in range(1, G15):
+                t += _madd(a.unsafe_load((p + q) * AMR15 + i), bv[q])
+            fold_split_sum[AV](lo[i], hi[i], t)
+        p += G15
+    while p < kp:
+        var v = b.unsafe_load[width=AV](p * ANR)
+        comptime for i in range(AMR15):
+            fold_split_sum[AV](lo[i], hi[i], _madd(a.unsafe_load(p * AMR15 + i), v))
+        p += 1
 
 
 def avx2_packed_words(n: Int, k: Int, int15: Bool) -> Int:
-    """32-bit words of B prepared for avx2_block: per plane round_up(n, ANR) columns."""
-    return (2 if int15 else 1) * round_up(n, ANR) * _pairs(k)
+    """32-bit words of B prepared for avx2_block: round_up(n, ANR) columns of k-pair
+    words (int15: whole codes, one plane)."""
+    return round_up(n, ANR) * _pairs(k)
 
 
 def avx2_pack_all(b_hi: Int, b_lo: Int, n: Int, k: Int, int15: Bool, j0: Int, j1: Int, dst: U32Ptr):
     """Columns [j0, j1) (j0 a multiple of ANR) of B into the prepared layout."""
     var kp = _pairs(k)
-    pack_b_avx2(I8Ptr(unsafe_from_address=b_hi), k, j0, j1 - j0, dst.unsafe_offset(j0 * kp))
+    var hi = I8Ptr(unsafe_from_address=b_hi)
     if int15:
-        pack_b_avx2(I8Ptr(unsafe_from_address=b_lo), k, j0, j1 - j0, dst.unsafe_offset(round_up(n, ANR) * kp + j0 * kp))
+        pack_b_avx2[True](hi, I8Ptr(unsafe_from_address=b_lo), k, j0, j1 - j0, dst.unsafe_offset(j0 * kp))
+    else:
+        pack_b_avx2[False](hi, hi, k, j0, j1 - j0, dst.unsafe_offset(j0 * kp))
 
 
 def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr):
@@ -260,17 +286,15 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
         return
     var k = g.k
     var kp = _pairs(k)
-    var mr = AMR15 if g.int15 else AMR
-    var mc_max = avx2_mc(k, i_hi - i_lo)
+    var mr = _mr(g.int15)
+    var mc_max = avx2_mc(k, i_hi - i_lo, mr)
     var nc_max = avx2_nc(g, j_hi - j_lo)
-    var a_once = _a_once(k, i_hi - i_lo)
-    var a_words = _a_words(k, i_hi - i_lo)
+    var a_once = _a_once(k, i_hi - i_lo, mr)
+    var a_words = _a_words(k, i_hi - i_lo, mr)
     var b_words = nc_max * kp
     var a_p = ws
     var b_h = ws.unsafe_offset(a_words)
-    var b_l = ws.unsafe_offset(a_words + b_words)
-    var planes = 2 if g.int15 else 1
-    var s64 = ws.unsafe_offset(a_words + planes * b_words).unsafe_bitcast[Int64]()
+    var s64 = ws.unsafe_offset(a_words + b_words).unsafe_bitcast[Int64]()
     var bhp = I8Ptr(unsafe_from_address=g.b_hi)
     var blp = I8Ptr(unsafe_from_address=g.b_lo)
     var ea = I32Ptr(unsafe_from_address=g.ea)
@@ -283,14 +307,12 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
     while jc < j_hi:
         var nc = min(nc_max, j_hi - jc)
         if g.bpre != 0:
-            # prepared (avx2_pack_all): the hi plane's panels, then the lo plane's
-            var pre = U32Ptr(unsafe_from_address=g.bpre)
-            b_h = pre.unsafe_offset(jc * kp)
-            b_l = pre.unsafe_offset(round_up(g.n, ANR) * kp + jc * kp)
+            # prepared (avx2_pack_all): the panels of all n columns
+            b_h = U32Ptr(unsafe_from_address=g.bpre).unsafe_offset(jc * kp)
+        elif g.int15:
+            pack_b_avx2[True](bhp, blp, k, jc, nc, b_h)
         else:
-            pack_b_avx2(bhp, k, jc, nc, b_h)
-            if g.int15:
-                pack_b_avx2(blp, k, jc, nc, b_l)
+            pack_b_avx2[False](bhp, bhp, k, jc, nc, b_h)
         var ic = i_lo
         while ic < i_hi:
             var mc = min(mc_max, i_hi - ic)
@@ -300,7 +322,6 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
                 pack_a_avx2(g, ic, mc, mr, a_p)
             for jp in range(0, nc, ANR):
                 var bph = b_h.unsafe_offset(jp * kp)
-                var bpl = b_l.unsafe_offset(jp * kp)
                 for ip in range(0, mc, mr):
                     var ap = a_blk.unsafe_offset(ip * kp)
                     var rows = min(mr, mc - ip)
@@ -315,26 +336,16 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
                                 var s = acc[2 * i].join(acc[2 * i + 1])
                                 store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
                     else:
-                        for q in range(4 * AMR15):  # the hi and lo sums: 4 * AMR15 vectors
-                            s64.unsafe_store(q * AV, SIMD[DType.int64, AV](0))
                         comptime for v in range(2):  # the panel's two AV-column halves
-                            var p0 = 0
-                            while p0 < kp:
-                                var p1 = min(kp, p0 + FLUSH_PAIRS)
-                                var h = Array[SIMD[DType.int32, AV], AMR15](fill=SIMD[DType.int32, AV](0))
-                                var l = Array[SIMD[DType.int32, AV], AMR15](fill=SIMD[DType.int32, AV](0))
-                                _tile_int15(ap, bph.unsafe_offset(v * AV), bpl.unsafe_offset(v * AV), p0, p1, h, l)
-                                comptime for i in range(AMR15):
-                                    var hq = s64.unsafe_offset((2 * i + v) * AV)
-                                    var lq = s64.unsafe_offset((2 * AMR15 + 2 * i + v) * AV)
-                                    hq.unsafe_store(0, hq.unsafe_load[width=AV](0) + h[i].cast[DType.int64]())
-                                    lq.unsafe_store(0, lq.unsafe_load[width=AV](0) + l[i].cast[DType.int64]())
-                                p0 = p1
+                            var lo = Array[SIMD[DType.int32, AV], AMR15](fill=SIMD[DType.int32, AV](0))
+                            var hi = Array[SIMD[DType.int32, AV], AMR15](fill=SIMD[DType.int32, AV](0))
+                            _tile_int15(ap, bph.unsafe_offset(v * AV), kp, lo, hi)
+                            # row i's 16 exact sums at s64[i * ANR], this half's 8 at + v * AV
+                            comptime for i in range(AMR15):
+                                s64.unsafe_store(i * ANR + v * AV, join_split_sum[AV](lo[i], hi[i]))
                         for i in range(rows):
                             var r = ic + ip + i
-                            var hs = s64.unsafe_load[width=2 * AV](2 * i * AV)
-                            var ls = s64.unsafe_load[width=2 * AV]((2 * AMR15 + 2 * i) * AV)
-                            var s = join15_sums[DType.int64, 2 * AV](hs, ls)
+                            var s = s64.unsafe_load[width=2 * AV](i * ANR)
                             store_scaled(g, s.cast[DType.float32](), ea.unsafe_load(r), eb, r, jc + jp, nc - jp)
             ic += mc_max
         jc += nc_max

@@ -72,7 +72,8 @@ comptime INT_ROWS_MAX = 4
 comptime LW = 16
 # AVX2 (v3)
 comptime AVX2_MR = 6
-comptime AVX2_MR15 = 6
+comptime AVX2_MR15 = 5
+comptime AVX2_G15 = 3  # k-pairs per exact int32 partial sum of 15-bit codes (3 * 2 * 16512**2 < 2**31)
 comptime AVX2_NR = 16
 comptime AVX2_V = 8
 comptime AVX2_A_BLOCK_BYTES = 256 * 1024
@@ -119,6 +120,7 @@ def block_table() -> List[Tuple[String, Int]]:
     elif not CompilationTarget.has_avx512f():
         t.append(("AVX2_MR", AVX2_MR))
         t.append(("AVX2_MR15", AVX2_MR15))
+        t.append(("AVX2_G15", AVX2_G15))
         t.append(("AVX2_NR", AVX2_NR))
         t.append(("AVX2_A_BLOCK_BYTES", AVX2_A_BLOCK_BYTES))
         t.append(("AVX2_B_CHUNK_BYTES", AVX2_B_CHUNK_BYTES))
