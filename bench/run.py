@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from mojolearn import _cpu  # noqa: E402  (no numpy: the peers are pinned before it loads)
+from mojolearn import _box, _cpu  # noqa: E402  (no numpy: the peers are pinned before it loads)
 
 # The peers run at the ISA of the build being timed. On a CPU wider than the build
 # (the v3 = AVX2 build on an AVX-512 box, the v4 build on an AMX box), numpy's OpenBLAS,
@@ -205,8 +205,12 @@ def main(argv=None):
     B = Bench(reps, a.only)
     rng = np.random.default_rng(0)
     threads = mojolearn.get_num_threads()
+    ident = _box.identity()
+    cache_txt = ", ".join(f"{k} {v // 1024} KiB" for k, v in ident["caches"].items()) or "caches not reported"
     print(f"mojolearn bench: {box()}, isa {mojolearn.cpu_isa()}, {threads} threads, {reps} interleaved reps, "
           f"torch {'yes' if torch else 'not installed'}")
+    print(f"  cpu: {ident['vendor']} family {ident['family']} model {ident['model']} "
+          f"({ident['core']}); {cache_txt}")
     if PEER_PIN:
         print(f"  peers pinned to the {mojolearn.cpu_isa()} build's ISA (this CPU also runs "
               f"{', '.join(_wider)}): " + " ".join(f"{k}={v}" for k, v in PEER_PIN.items()))
@@ -374,7 +378,7 @@ def main(argv=None):
         "vendor": vend, "box": bx, "isa": isa, "date": stamp, "commit": commit,
         "command": (f"make bench (MOJOLEARN_ISA={isa})" if not a.quick else "bench/run.py --quick"),
         "machine": {"cpu": bx, "cpu_model": _cpu.brand(), "isa": isa, "cores_used": threads,
-                    "platform": platform.platform()},
+                    "platform": platform.platform(), "cpu_id": _box.identity()},
         "versions": {"mojolearn": mojolearn.__version__, "max": ver("max"), "numpy": np.__version__,
                      "torch": ver("torch"), "python": platform.python_version()},
         "method": f"medians of {reps} interleaved reps after one warm-up; numpy and torch at their threading defaults; {SETTLE}s settle after numpy/torch calls; "

@@ -159,3 +159,24 @@ def test_box_names_the_core_family():
         pytest.skip("no /proc/cpuinfo family and model to read")
     assert name.startswith(fields["model name"])
     assert core.lower() in name.lower()
+
+
+def test_cache_sizes_and_cpu_identity(tmp_path):
+    """make bench records what tells two CPUs of one brand apart (a Zen 3's 512 KiB L2
+    from a Zen 5's 1 MiB): the sysfs cache sizes in bytes by level and type, and the
+    cpuid family / model. A fake sysfs tree is read exactly; a missing one gives {}."""
+    from mojolearn._box import caches, identity
+    for i, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"),
+                                             (2, "Unified", "512K"), (3, "Unified", "32768K")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert caches(str(tmp_path)) == {"L1d": 32 << 10, "L1i": 32 << 10, "L2": 512 << 10,
+                                     "L3": 32 << 20}
+    assert caches(str(tmp_path / "missing")) == {}
+    ident = identity()
+    assert set(ident) == {"vendor", "family", "model", "stepping", "core", "caches"}
+    if ident["family"] is not None:
+        assert isinstance(ident["model"], int) and ident["core"]

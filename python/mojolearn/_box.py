@@ -3,6 +3,7 @@ core family cpuid reports where the brand does not say it. Standard library only
 numeric-profile table reads it without loading numpy or a kernel build)."""
 from __future__ import annotations
 
+import os
 import platform
 
 
@@ -59,3 +60,55 @@ def box() -> str:
     if core.lower() not in name.lower():
         name = f"{name} ({core})"
     return name
+
+
+def _size_bytes(text: str):
+    """sysfs cache sizes read '32K', '512K', '32768K', '1M'; None when unreadable."""
+    text = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    try:
+        return int(text.rstrip("KMG")) * mult
+    except ValueError:
+        return None
+
+
+def caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
+    """The caches of the first CPU as the kernel reports them (sysfs), in bytes:
+    {"L1d": .., "L1i": .., "L2": .., "L3": ..} ({} where sysfs has none). On a VM
+    these are what the hypervisor exposes."""
+    out = {}
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith("index"))
+    except OSError:
+        return out
+    for n in names:
+        try:
+            with open(os.path.join(root, n, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(root, n, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, n, "size")) as f:
+                size = _size_bytes(f.read())
+        except OSError:
+            continue
+        key = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        if size is not None:
+            out[key] = size
+    return out
+
+
+def identity() -> dict:
+    """What tells two CPUs of one brand string apart in a result file: vendor, cpu
+    family, model and stepping (as /proc/cpuinfo gives cpuid's), the core family
+    name, and the cache sizes (caches())."""
+    fields = cpuinfo()
+    out = {"vendor": fields.get("vendor_id")}
+    for key, name in (("cpu family", "family"), ("model", "model"), ("stepping", "stepping")):
+        try:
+            out[name] = int(fields[key])
+        except (KeyError, ValueError):
+            out[name] = None
+    out["core"] = (core_family(out["vendor"] or "", out["family"], out["model"])
+                   if out["family"] is not None and out["model"] is not None else None)
+    out["caches"] = caches()
+    return out
