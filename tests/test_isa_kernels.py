@@ -26,6 +26,7 @@ FILES = {
     "tests/test_gemm_bf16.py": "not slow",
     "tests/test_convert.py": "not slow",
     "tests/test_prepared.py": "not slow",
+    "tests/test_prepared_lowbit.py": None,
 }
 
 

@@ -145,6 +145,17 @@ def scale_pow2[w: Int](v: SIMD[DType.float32, w], p2: SIMD[DType.float32, w]) ->
 
 
 @always_inline
+def scale_code_pow2[w: Int](code: SIMD[DType.float32, w], p2: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """scale_pow2(code, pow2f(e)) (L-6, dequantization) for an integer code (int8 or
+    int15): f32(code) * pow2f(e) is a signed zero, an infinity, NaN (0 * inf), or at
+    least 2**-126 in magnitude (|code| >= 1 and pow2f(e) is +0, +inf or at least
+    2**-126), never subnormal, so the flush changes nothing and is left out. The same
+    bits as scale_pow2 for every code and exponent (the low-bit panels of
+    gemm/cpu/pack_lowbit.mojo widen with it, tested against dequantize_int8)."""
+    return code * p2
+
+
+@always_inline
 def scale_pow2_normal[w: Int](v: SIMD[DType.float32, w], e: SIMD[DType.int32, w]) -> SIMD[DType.float32, w]:
     """scale_pow2(v, pow2f(e)) (L-5, W-3) for the integer GEMMs' epilogue when every e
     lies in [-126, 127] (the caller checks it once per call: int_gemm.with_e32).

@@ -463,7 +463,8 @@ def _run_prepared(func, a, p, transpose_a, transpose_b, out, a_dtypes):
     nat = native()
     for pa_, pc_, rows in calls:
         wa, wn = _ws()
-        need = nat.gemm_f32_packed((pa_, p._addr, pc_, rows, n, k, int(transpose_a), a16,
+        bp, bfmt, bsc = p._kernel_args()
+        need = nat.gemm_f32_packed((pa_, bp, pc_, rows, n, k, int(transpose_a), a16, bfmt, bsc,
                                     gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn))
         if need > wn:
             _ws_fit(need)

@@ -11,7 +11,8 @@ def gemm_f32(args: tuple[int, int, int, int, int, int, int, int, int, int, int, 
 def gemm_int8(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_codes: int, a_exps: int, b_codes: int, b_exps: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
 def gemm_int15(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_hi: int, a_lo: int, a_exps: int, b_hi: int, b_lo: int, b_exps: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
 def gemm_f32_pack(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (b: int, dst: int, n: int, k: int, trans_b: int, b_bf16: int, tasks: int)
-def gemm_f32_packed(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a: int, b_packed: int, c: int, m: int, n: int, k: int, trans_a: int, a_bf16: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
+def gemm_f32_packed(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a: int, b_packed: int, c: int, m: int, n: int, k: int, trans_a: int, a_bf16: int, b_fmt: int, b_scales: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
+def gemm_f32_pack_lowbit(args: tuple[int, int, int, int, int, int, int, int, int], /) -> None: ...  # (b: int, exps: int, dst: int, scales: int, n: int, k: int, trans_b: int, fmt: int, tasks: int)
 def gemm_int_pack_words(args: tuple[int, int, int], /) -> int: ...  # (n: int, k: int, int15: int)
 def gemm_int_pack(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (b_hi: int, b_lo: int, n: int, k: int, int15: int, dst: int, tasks: int)
 def gemm_int8_packed(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a_codes: int, a_exps: int, b_codes: int, b_exps: int, b_packed: int, c: int, m: int, n: int, k: int, tasks: int, sabotage: int, ws_addr: int, ws_bytes: int)
@@ -22,6 +23,7 @@ def mxcsr_set(args: tuple[int], /) -> int: ...  # (value: int)
 def isa(args: tuple[()], /) -> str: ...
 def blocking(args: tuple[()], /) -> str: ...
 def nn_gather(args: tuple[int, int, int, int, int, int], /) -> None: ...  # (table_f32: int, ids_i64: int, out_f32: int, rows: int, d: int, tasks: int)
+def nn_gather_panels(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (panels_f32: int, ids_i64: int, out_f32: int, rows: int, d: int, nr: int, tasks: int)
 def nn_rmsnorm(args: tuple[int, int, int, int, int, int, int, int, int], /) -> None: ...  # (x: int, ldx: int, w: int, out: int, ldo: int, rows: int, d: int, eps_bits: int, tasks: int)
 def nn_rope_table(args: tuple[int, int, int, int, int, int], /) -> None: ...  # (cos_f32: int, sin_f32: int, positions: int, head_dim: int, theta_bits: int, tasks: int)
 def nn_rope(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (src: int, lds: int, dst: int, ldd: int, dst_head_stride: int, n_heads: int, head_dim: int, cos: int, sin: int, pos0: int, length: int, rows: int, transposed: int, tmax: int, tasks: int)

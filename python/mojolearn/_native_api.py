@@ -53,8 +53,12 @@ ENTRIES = (
     # prepared weights (linalg.prepare): B packed once, then multiplied as gemm_f32 would
     Entry("gemm_f32_pack", ("b", "dst", "n", "k", "trans_b", "b_bf16", "tasks"), "cpu",
           doc="pack B for gemm_f32_packed: ceil(n / NR) * NR * k float32"),
-    Entry("gemm_f32_packed", ("a", "b_packed", "c", "m", "n", "k", "trans_a", "a_bf16")
-          + _GEMM_TAIL, "cpu", "int", "fp32.v1 / bf16f32.v1, B prepared"),
+    Entry("gemm_f32_packed", ("a", "b_packed", "c", "m", "n", "k", "trans_a", "a_bf16", "b_fmt",
+                              "b_scales") + _GEMM_TAIL, "cpu", "int",
+          "fp32.v1 / bf16f32.v1, B prepared (b_fmt 0 float32, 1 bf16, 2 int8 panels)"),
+    Entry("gemm_f32_pack_lowbit", ("b", "exps", "dst", "scales", "n", "k", "trans_b", "fmt",
+                                   "tasks"), "cpu",
+          doc="pack bf16 bits (fmt 1) or int8 codes (fmt 2) into gemm_f32_packed's panels"),
     Entry("gemm_int_pack_words", ("n", "k", "int15"), "cpu", "int",
           "32-bit words gemm_int_pack writes on this build"),
     Entry("gemm_int_pack", ("b_hi", "b_lo", "n", "k", "int15", "dst", "tasks"), "cpu",
@@ -70,6 +74,8 @@ ENTRIES = (
     Entry("isa", (), "cpu", "str", "the instruction sets of this build"),
     Entry("blocking", (), "cpu", "str", "the block-size table, 'NAME=value;...'"),
     Entry("nn_gather", ("table_f32", "ids_i64", "out_f32", "rows", "d", "tasks"), "cpu"),
+    Entry("nn_gather_panels", ("panels_f32", "ids_i64", "out_f32", "rows", "d", "nr", "tasks"),
+          "cpu", doc="M-2 from a table held as prepared fp32.v1 panels"),
     Entry("nn_rmsnorm", ("x", "ldx", "w", "out", "ldo", "rows", "d", "eps_bits", "tasks"), "cpu"),
     Entry("nn_rope_table", ("cos_f32", "sin_f32", "positions", "head_dim", "theta_bits", "tasks"), "cpu"),
     Entry("nn_rope", ("src", "lds", "dst", "ldd", "dst_head_stride", "n_heads", "head_dim", "cos",

@@ -1,8 +1,15 @@
 """Prepared weights: ``linalg.prepare(b)`` packs a right-hand operand ONCE into the
 layout the CPU kernels of this build stream, and the products take the result in
 place of ``b`` and skip the packing they would otherwise do on every call:
-  - float32 or bf16 bits: ``matmul`` / ``matmul_bf16`` (mojo/gemm/cpu/pack_f32.mojo,
-    ``pack_b_all``: NR-column panels over all of k, NR from this build's block table);
+  - float32: ``matmul`` (mojo/gemm/cpu/pack_f32.mojo, ``pack_b_all``: NR-column panels
+    over all of k, NR from this build's block table), 4 bytes a weight;
+  - bf16 bits (uint16, or a ``lowbit.BF16Weight``): ``matmul_bf16``, the same panels
+    holding the bits as stored (mojo/gemm/cpu/pack_lowbit.mojo), 2 bytes a weight,
+    widened exactly (rule L-1) as the kernels read them;
+  - a ``lowbit.Int8Weight`` (int8 codes, one row exponent per stored row, (n, k)):
+    ``matmul`` with ``transpose_b=True`` on the float32 weight it materializes
+    (rule L-6, ``dequantize_int8``), the same panels holding the codes, 1 byte a
+    weight plus a float32 scale per row, widened as the kernels read them;
   - a quantized tuple, (codes, exponents) or (hi, lo, exponents): ``matmul_int8`` /
     ``matmul_int15`` (``gemm_int_pack``: the integer kernel's own B layout over all n,
     AMX units, VNNI panels with column sums or AVX2 k-pair panels, by build). The
@@ -31,6 +38,10 @@ from ._threads import tasks
 from ._validate import buf, contiguous
 
 LAYOUT = "nr-panels/1"  # pack_b_all: panel q = columns [q*NR, q*NR+NR) for kk in 0..k
+# the same panels holding each stored format (pack_lowbit.mojo); format -> layout
+LAYOUTS = {"float32": LAYOUT, "bfloat16": "nr-panels-bf16/1", "int8": "nr-panels-i8/1"}
+FMT_CODES = {"float32": 0, "bfloat16": 1, "int8": 2}  # gemm_f32_packed's b_fmt
+ELEM_BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 INT_LAYOUT = "int-b/1"  # gemm_int_pack's layout, then the codes and exponents as given
 PROFILES = {"float32": "mojolearn.identical.gemm.fp32.v1",
             "uint16": "mojolearn.identical.gemm.bf16f32.v1"}
@@ -81,22 +92,24 @@ class PreparedWeight:
 
     Attributes: ``shape`` (the stored shape of b: (k, n), or (n, k) when
     ``transpose_b``), ``transpose_b``, ``profile`` (the profile name of the function
-    that takes it), ``isa`` (the CPU build it was packed for), ``nr`` (its panel
-    width), ``layout``, ``nbytes`` (memory held). ``release()`` frees the memory; a
-    released object is refused by every product."""
+    that takes it), ``format`` (how the weights are held: "float32", "bfloat16" or
+    "int8" panels; None for the integer profiles' codes), ``isa`` (the CPU build it
+    was packed for), ``nr`` (its panel width), ``layout``, ``nbytes`` (memory held).
+    ``release()`` frees the memory; a released object is refused by every product."""
 
-    __slots__ = ("shape", "transpose_b", "profile", "isa", "nr", "layout", "n", "k",
-                 "_mem", "_addr", "_floats", "_int")
+    __slots__ = ("shape", "transpose_b", "profile", "format", "isa", "nr", "layout", "n", "k",
+                 "_mem", "_addr", "_floats", "_int", "_scales")
 
     def __init__(self):  # made by prepare() or unpickling only
         raise TypeError("mojolearn: PreparedWeight: make one with mojolearn.linalg.prepare(b, "
                         "transpose_b=...)")
 
     @classmethod
-    def _new(cls, shape, transpose_b, profile, isa, nr, layout, floats):
+    def _new(cls, shape, transpose_b, profile, isa, nr, layout, floats, fmt=None):
+        """floats: the 4-byte words of the block (panels, then the int8 scales)."""
         self = object.__new__(cls)
         self.shape, self.transpose_b, self.profile = tuple(shape), bool(transpose_b), profile
-        self.isa, self.nr, self.layout = isa, int(nr), layout
+        self.isa, self.nr, self.layout, self.format = isa, int(nr), layout, fmt
         if transpose_b:
             self.n, self.k = self.shape
         else:
@@ -104,7 +117,14 @@ class PreparedWeight:
         self._floats = int(floats)
         self._mem, self._addr = _alloc(4 * max(self._floats, 1))
         self._int = _int_parts(self) if profile in INT_PROFILES.values() else None
+        self._scales = 0
+        if fmt == "int8":
+            self._scales = self._addr + _up(_panel_elems(self.n, self.k, self.nr))
         return self
+
+    def _kernel_args(self):
+        """(panels address, b_fmt, scales address) for gemm_f32_packed."""
+        return self._addr, FMT_CODES[self.format], self._scales
 
     @property
     def nbytes(self) -> int:
@@ -138,14 +158,14 @@ class PreparedWeight:
                              "pickled; prepare the weight again")
         data = ctypes.string_at(self._addr, 4 * self._floats)
         return (_restore, ((self.shape, self.transpose_b, self.profile, self.isa, self.nr,
-                            self.layout, self._floats), data))
+                            self.layout, self._floats, self.format), data))
 
     def check(self, func: str, transpose_b: bool) -> None:
         """Refuse, by name, a use this object was not made for (see the module doc)."""
         if self._mem is None:
             raise ValueError(f"mojolearn: {func}: this prepared weight was released; prepare "
                              "the weight again with linalg.prepare")
-        layout = INT_LAYOUT if self.profile in INT_PROFILES.values() else LAYOUT
+        layout = INT_LAYOUT if self.profile in INT_PROFILES.values() else LAYOUTS.get(self.format)
         if self.layout != layout:
             raise ValueError(
                 f"mojolearn: {func}: this prepared weight is stale: its layout is "
@@ -232,8 +252,11 @@ def _prepare_int(b, transpose_b):
 
 
 def _restore(meta, data):
-    shape, transpose_b, profile, isa, nr, layout, floats = meta
-    p = PreparedWeight._new(shape, transpose_b, profile, isa, nr, layout, floats)
+    if len(meta) == 7:  # pickled before the format was recorded: float32 panels (a bf16
+        # weight widened) or an integer profile's codes
+        meta = tuple(meta) + (None if meta[2] in INT_PROFILES.values() else "float32",)
+    shape, transpose_b, profile, isa, nr, layout, floats, fmt = meta
+    p = PreparedWeight._new(shape, transpose_b, profile, isa, nr, layout, floats, fmt)
     if len(data) != 4 * floats:
         raise ValueError("mojolearn: PreparedWeight: the pickled panels have the wrong size")
     ctypes.memmove(p._addr, data, len(data))
@@ -247,12 +270,20 @@ def prepare(b, *, transpose_b=None, **unexpected):
     ``matmul_int15`` (b the (hi, lo, exponents) tuple of quantize_int15) accept in
     place of ``b``, with the same bits as the raw call.
 
+    A weight kept low-bit (``lowbit.BF16Weight``, ``lowbit.Int8Weight``) stays in its
+    format: the panels hold the bf16 bits or the int8 codes (with a float32 scale per
+    row) and the kernels widen them as they read, with the bits of the float32 weight
+    the format materializes (``lowbit.materialize_one``): a BF16Weight goes to
+    ``matmul_bf16``, an Int8Weight (stored (n, k), one exponent per row) to
+    ``matmul`` with ``transpose_b=True``.
+
     ``transpose_b`` names the layout a float b is stored in, as in those calls: False
     (the default) for (k, n) (``a @ b``), True for (n, k) (``a @ b.T``, how checkpoints
     store weights); the call must pass the same flag. A quantized b is always (n, k)
     (the integer GEMMs compute ``a @ b.T``). The object is a copy tied to this
-    process's CPU build: about ``b``'s float32 size for a float b (columns padded to the
-    panel width); for a quantized b, the codes packed for this build's integer kernel
+    process's CPU build, in the bytes of the stored format (columns padded to the panel
+    width): 4 a weight for float32, 2 for bf16 bits, 1 (plus 4 a row) for int8
+    storage; for a quantized tuple, the codes packed for this build's integer kernel
     plus the codes and exponents as given (about twice the codes' bytes)."""
     from ._gemm import _flag, _no_extra, _stored_transposed
 
@@ -262,7 +293,13 @@ def prepare(b, *, transpose_b=None, **unexpected):
         transpose_b = _flag(func, "transpose_b", transpose_b)
     if isinstance(b, tuple):
         return _prepare_int(b, transpose_b)
+    from . import lowbit
+
+    if isinstance(b, lowbit.Int8Weight):
+        return _prepare_int8_storage(b, transpose_b)
     transpose_b = bool(transpose_b)
+    if isinstance(b, lowbit.BF16Weight):
+        b = b.bits
     bb = buf(b, func, "b", ("float32", "uint16"), ndim=2, copy=False)
     shape = bb.shape
     n, k = shape if transpose_b else shape[::-1]
@@ -274,11 +311,53 @@ def prepare(b, *, transpose_b=None, **unexpected):
     bb = stored
     isa = _cpu.cpu_isa()
     nr = build_nr()
-    npan = (n + nr - 1) // nr
-    p = PreparedWeight._new(shape, transpose_b, PROFILES[bb.dtype], isa, nr, LAYOUT,
-                            npan * nr * k)
+    fmt = "bfloat16" if bb.dtype == "uint16" else "float32"
+    p = PreparedWeight._new(shape, transpose_b, PROFILES[bb.dtype], isa, nr, LAYOUTS[fmt],
+                            _panel_words(n, k, nr, fmt), fmt)
     if n and k:
-        cpu_native().gemm_f32_pack((bb.addr, p._addr, n, k, int(pack_t),
-                                    int(bb.dtype == "uint16"), tasks()))
+        if fmt == "float32":
+            cpu_native().gemm_f32_pack((bb.addr, p._addr, n, k, int(pack_t), 0, tasks()))
+        else:
+            cpu_native().gemm_f32_pack_lowbit((bb.addr, 0, p._addr, 0, n, k, int(pack_t),
+                                               FMT_CODES[fmt], tasks()))
     del bb  # alive until the packing returned
+    return p
+
+
+def _panel_elems(n: int, k: int, nr: int) -> int:
+    """Weights the panels hold: n padded to the panel width, times k."""
+    return (n + nr - 1) // nr * nr * k
+
+
+def _panel_words(n: int, k: int, nr: int, fmt: str) -> int:
+    """4-byte words of a panel block of format fmt (int8: the codes, 64-byte aligned,
+    then one float32 scale per padded column)."""
+    if fmt == "int8":
+        return (_up(_panel_elems(n, k, nr)) + 4 * ((n + nr - 1) // nr * nr)) // 4
+    return (_panel_elems(n, k, nr) * ELEM_BYTES[fmt] + 3) // 4
+
+
+def _prepare_int8_storage(w, transpose_b):
+    """prepare() for a lowbit.Int8Weight: int8 panels + column scales, for matmul's
+    fp32.v1 on the weight dequantize_int8 materializes (a @ w.T)."""
+    func = "prepare"
+    if transpose_b is False:
+        raise ValueError(
+            f"mojolearn: {func}: an Int8Weight is stored (n, k) with one exponent per "
+            "stored row, and is multiplied as a @ w.T; pass transpose_b=True (or leave "
+            "it unset)")
+    codes = contiguous(buf(w.codes, func, "b codes", ("int8",), ndim=2, copy=False), func, "b codes")
+    exps = contiguous(buf(w.exponents, func, "b exponents", ("int32",), ndim=1, copy=False),
+                      func, "b exponents")
+    n, k = codes.shape
+    if exps.shape != (n,):
+        raise ValueError(f"mojolearn: {func}: an Int8Weight of {n} rows needs {n} exponents, "
+                         f"got shape {exps.shape}")
+    nr = build_nr()
+    p = PreparedWeight._new((n, k), True, PROFILES["float32"], _cpu.cpu_isa(), nr,
+                            LAYOUTS["int8"], _panel_words(n, k, nr, "int8"), "int8")
+    if n and k:
+        cpu_native().gemm_f32_pack_lowbit((codes.addr, exps.addr, p._addr, p._scales, n, k, 1,
+                                           FMT_CODES["int8"], tasks()))
+    del codes, exps  # alive until the packing returned
     return p

@@ -23,6 +23,7 @@ from arith.tree import leaf_size, leaf_count, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
+from gemm.cpu.pack_lowbit import PANELS_F32, widen_panels
 
 
 @fieldwise_init
@@ -87,10 +88,12 @@ def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
 
 
 def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int = 0,
-              a_once: Bool = False):
+              a_once: Bool = False, bfmt: Int = PANELS_F32, bscales: Int = 0):
     """bpre: 0, or the address of B prepared in pack_b's layout over all n
     (pack_f32.pack_b_all): nothing is packed, chunk jc is read at bpre + jc * k
-    (j_lo is then a multiple of NR). a_once (the workspace sized by f32_block_ws with
+    (j_lo is then a multiple of NR). With a low-bit bfmt (gemm/cpu/pack_lowbit.mojo)
+    the prepared panels of chunk jc are widened into the workspace's packed B chunk
+    instead (the workspace sized by f32_block_ws with prepared=False). a_once (the workspace sized by f32_block_ws with
     the same flag): A is packed once, every row block and leaf, before the column
     chunks, which then read it where it lies. Packing is a copy: the bits do not
     depend on when it happens."""
@@ -108,7 +111,8 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var nc_max = nc_for(k, j_hi - j_lo)
     var mc_pad = round_up(min(MC, i_hi - i_lo), MR)
     var bpack = ws
-    var apack = ws.unsafe_offset(round_up(nc_max * k, 16)) if bpre == 0 else ws
+    var own_b = bpre == 0 or bfmt != PANELS_F32  # a packed B chunk in the workspace
+    var apack = ws.unsafe_offset(round_up(nc_max * k, 16)) if own_b else ws
     var outer = panel_outer(k, i_hi - i_lo)
     var level_stride = mc_pad * (NR if outer else nc_max)
     var slots = apack.unsafe_offset(_a_part(k, i_hi - i_lo, L, a_once))
@@ -128,8 +132,10 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
         var nc = min(nc_max, j_hi - jc)
         if bpre == 0:
             pack_b(g.b, g.b_bf16, g.trans_b, ldb, jc, nc, k, bpack)
-        else:
+        elif bfmt == PANELS_F32:
             bpack = F32Ptr(unsafe_from_address=bpre).unsafe_offset(jc * k)
+        else:
+            widen_panels(bfmt, bpre, bscales, jc // NR, (jc + nc + NR - 1) // NR, k, bpack)
         var npan = (nc + NR - 1) // NR
         var ic = i_lo
         while ic < i_hi:

@@ -8,6 +8,10 @@ so the bits are those of the raw call (contract 6.5: the order depends on k only
 Few rows (m <= MC, decode included) take f32_small_prepared below (f32_block_small_m's
 arithmetic, panel by panel: each task streams its panels once, front to back), columns
 split over tasks; more rows take the blocked nest, split as gemm_f32 splits them.
+The panels may also hold a low-bit format (gemm/cpu/pack_lowbit.mojo: bf16 bits, or
+int8 codes with a pow2f scale per column): the decode rows widen them in registers,
+the other paths widen a panel or a column chunk into float32 panels in the workspace
+first; either way the kernels see the float32 weights the format materializes.
 """
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
@@ -17,6 +21,9 @@ from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
 from gemm.cpu.blocking import MR, NR, NV, MC, W, ROWS_MAX, round_up
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
+from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes, load_w, widen_panels,
+                                  pack_bf16_panels, pack_i8_panels)
+from common.ptr import I8Ptr, U16Ptr
 from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws, a_once_fits
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
@@ -52,20 +59,23 @@ def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
                 acc[i * NV + v] = chain_step_daz[W](av, bv[v], acc[i * NV + v])
 
 
-def small_prepared_ws(g: GemmArgs, i_rows: Int) -> Int:
+def small_prepared_ws(g: GemmArgs, i_rows: Int, bfmt: Int = PANELS_F32) -> Int:
     """Workspace floats f32_small_prepared needs: A packed over all of k, and the tree
-    slots of one column panel."""
+    slots of one column panel (and one widened float32 panel for a low-bit format)."""
     var nleaves = leaf_count(g.k)
     var mpan = (i_rows + MR - 1) // MR
-    return round_up(mpan * MR * g.k, 16) + mpan * MR * NR * max(bit_length(nleaves), 1)
+    var wpanel = 0 if bfmt == PANELS_F32 else round_up(NR * g.k, 16)
+    return round_up(mpan * MR * g.k, 16) + round_up(mpan * MR * NR * max(bit_length(nleaves), 1), 16) + wpanel
 
 
-def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int):
+def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int,
+                       bfmt: Int = PANELS_F32, bscales: Int = 0):
     """Rows [i_lo, i_hi) (at most MC) x columns [j_lo, j_hi) (j_lo a multiple of NR)
     against the prepared panels at bpre. Per MR x NR tile: the leaves in ascending
     order, each one micro-kernel chain (contract 6.3), merged by finish_tile (6.4):
     the arithmetic of f32_block_small_m; only the order in which tiles are visited
-    differs (panel outer, leaf inner), which no output can see."""
+    differs (panel outer, leaf inner), which no output can see. A low-bit bfmt: each
+    panel is widened into the workspace (pack_lowbit.widen_panels) before its tiles."""
     var n = g.n
     var k = g.k
     if i_hi <= i_lo or j_hi <= j_lo:
@@ -80,6 +90,7 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
     var apack = ws
     var slots = ws.unsafe_offset(round_up(mpan * MR * k, 16))
     var level_stride = mpan * MR * NR
+    var wpanel = slots.unsafe_offset(round_up(mpan * MR * NR * max(levels, 1), 16))
     for p in range(nleaves):
         var k0 = p * L
         var lk = min(L, k - k0)
@@ -89,6 +100,9 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
     for q in range(j_lo // NR, (j_hi + NR - 1) // NR):
         var nr = min(NR, j_hi - q * NR)
         var panel = bsrc.unsafe_offset(q * NR * k)
+        if bfmt != PANELS_F32:
+            widen_panels(bfmt, bpre, bscales, q, q + 1, k, wpanel)
+            panel = wpanel
         for p in range(nleaves):
             var k0 = p * L
             var lk = min(L, k - k0)
@@ -121,6 +135,7 @@ comptime RP = 2 if W >= 16 else 1  # panels a decode step reads side by side (mo
 # flight; AVX2 has 16 registers, too few for 4 rows x 2 panels); 2 * RP for 2 rows
 comptime RP1 = 4  # for 1 row: four panel streams side by side (the same on every build; on AVX2 it was 2)
 comptime RACC = max(ROWS_MAX * RP, RP1) * NV
+comptime SCV = max(RP1, 2 * RP) * NV  # column-scale vectors of the most panels a decode step reads
 comptime RAcc = Array[SIMD[DType.float32, W], RACC]
 comptime RSLOT = RACC * W  # floats of one tree level
 
@@ -133,21 +148,29 @@ def rows_prepared_ws(g: GemmArgs) -> Int:
 
 
 @always_inline
-def _rows_leaf[R: Int, P: Int](a: F32Ptr, b: F32Ptr, pstride: Int, lk: Int, mut acc: RAcc):
-    """One leaf of R rows against P panels (panel pp at b + pp * pstride): per output
-    acc = +0, then fma(a[i, kk], b[kk, j], acc) for kk ascending (contract 6.3), the
-    chains of ukernel_leaf; the P panels only give more independent chains."""
+def _rows_leaf[R: Int, P: Int, FMT: Int = PANELS_F32](
+    a: F32Ptr, b: Int, pstride: Int, lk: Int, sc: Array[SIMD[DType.float32, W], SCV], mut acc: RAcc
+):
+    """One leaf of R rows against P panels (panel pp at element pp * pstride of the panel
+    buffer at address b, whose leaf starts at element 0): per output acc = +0, then
+    fma(a[i, kk], b[kk, j], acc) for kk ascending (contract 6.3), the chains of
+    ukernel_leaf; the P panels only give more independent chains. FMT: the panels'
+    format, widened as they are loaded (pack_lowbit.load_w; sc holds the int8 panels'
+    column scales, vector pp * NV + v)."""
+    comptime EB = 4 if FMT == PANELS_F32 else (2 if FMT == PANELS_BF16 else 1)
+    comptime PF = PF_FLOATS * 4 // EB  # the same distance in bytes ahead
     comptime for q in range(R * P * NV):
         acc[q] = SIMD[DType.float32, W](0)
     for kk in range(lk):
         comptime for pp in range(P):
-            comptime for l in range(NR // 16):
+            comptime for l in range(max(1, NR * EB // 64)):
                 prefetch[PrefetchOptions().for_read().high_locality()](
-                    b.unsafe_offset(pp * pstride + kk * NR + PF_FLOATS + l * 16))
+                    Pointer[UInt8, MutAnyOrigin](unsafe_from_address=b).unsafe_offset(
+                        (pp * pstride + kk * NR + PF) * EB + l * 64))
         var bv = Array[SIMD[DType.float32, W], P * NV](fill=SIMD[DType.float32, W](0))
         comptime for pp in range(P):
             comptime for v in range(NV):
-                bv[pp * NV + v] = b.unsafe_load[width=W](pp * pstride + kk * NR + v * W)
+                bv[pp * NV + v] = load_w[FMT](b, pp * pstride + kk * NR + v * W, sc[pp * NV + v])
         comptime for i in range(R):
             var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
             comptime for pp in range(P):
@@ -194,9 +217,11 @@ def _rows_finish[R: Int, P: Int](
             s.unsafe_store(q * W, acc[q])
 
 
-def f32_rows_prepared[R: Int, P: Int](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int):
+def f32_rows_prepared[R: Int, P: Int, FMT: Int = PANELS_F32](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32Ptr,
+                                                            bpre: Int, bscales: Int = 0):
     """All R = m rows (m <= ROWS_MAX) x columns [j_lo, j_hi) (j_lo a multiple of NR):
-    RP panels at a time, every leaf in ascending order, the accumulators in registers."""
+    P panels at a time, every leaf in ascending order, the accumulators in registers;
+    panels of format FMT widened in registers as they stream."""
     var n = g.n
     var k = g.k
     if j_hi <= j_lo:
@@ -213,24 +238,31 @@ def f32_rows_prepared[R: Int, P: Int](g: GemmArgs, j_lo: Int, j_hi: Int, ws: F32
         var lk = min(L, k - k0)
         pack_a(g.a, g.a_bf16, g.trans_a, lda, 0, R, k0, lk, apack.unsafe_offset(k0 * MR))
     var acc = RAcc(fill=SIMD[DType.float32, W](0))
-    var bsrc = F32Ptr(unsafe_from_address=bpre)
+    comptime EB = 4 if FMT == PANELS_F32 else (2 if FMT == PANELS_BF16 else 1)
+    var scp = F32Ptr(unsafe_from_address=bscales)
     var q = j_lo // NR
     var qend = (j_hi + NR - 1) // NR
     while q < qend:
         var group = q + P <= qend
-        var panel = bsrc.unsafe_offset(q * NR * k)
+        var panel = bpre + q * NR * k * EB
         var cp = cptr.unsafe_offset(q * NR)
         var ncols = min(P * NR, j_hi - q * NR)
+        var sc = Array[SIMD[DType.float32, W], SCV](fill=SIMD[DType.float32, W](1))
+        comptime if FMT == PANELS_I8:
+            comptime for pp in range(P):
+                comptime for v in range(NV):
+                    if group or pp == 0:
+                        sc[pp * NV + v] = scp.unsafe_load[width=W]((q + pp) * NR + v * W)
         for p in range(nleaves):
             var k0 = p * L
             var lk = min(L, k - k0)
             var ap = apack.unsafe_offset(k0 * MR)
-            var bp = panel.unsafe_offset(k0 * NR)
+            var bp = panel + k0 * NR * EB
             if group:
-                _rows_leaf[R, P](ap, bp, NR * k, lk, acc)
+                _rows_leaf[R, P, FMT](ap, bp, NR * k, lk, sc, acc)
                 _rows_finish[R, P](acc, p, nleaves, levels, slots, cp, n, ncols)
             else:
-                _rows_leaf[R, 1](ap, bp, NR * k, lk, acc)
+                _rows_leaf[R, 1, FMT](ap, bp, NR * k, lk, sc, acc)
                 _rows_finish[R, 1](acc, p, nleaves, levels, slots, cp, n, ncols)
         q += P if group else 1
 
@@ -257,15 +289,50 @@ def gemm_f32_pack(args: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
+def gemm_f32_pack_lowbit(args: PythonObject) raises -> PythonObject:
+    """Arguments: (b, exps, dst, scales, n, k, trans_b, fmt, tasks). fmt 1: b bf16 bits
+    (uint16) stored (n, k) when trans_b, else (k, n); fmt 2: b int8 codes stored (n, k)
+    with exps (n,) int32 row exponents (trans_b only). dst holds ceil(n / NR) * NR * k
+    stored weights (2 or 1 bytes each); scales (fmt 2) ceil(n / NR) * NR float32."""
+    var src = _arg(args, 0)
+    var exps = _arg(args, 1)
+    var dst = _arg(args, 2)
+    var scales = _arg(args, 3)
+    var n = _arg(args, 4)
+    var k = _arg(args, 5)
+    var trans_b = _arg(args, 6) != 0
+    var fmt = _arg(args, 7)
+    var npan = (n + NR - 1) // NR
+    var tasks = max(1, min(_arg(args, 8), npan))
+    var ldb = k if trans_b else n
+
+    def work(t: Int) {imm src, imm exps, imm dst, imm scales, imm n, imm k, imm trans_b, imm fmt, imm npan, imm tasks, imm ldb}:
+        var b = chunk_bounds(npan, tasks, t, 1)
+        if fmt == PANELS_BF16:
+            pack_bf16_panels(src, trans_b, ldb, b[0], b[1], n, k, U16Ptr(unsafe_from_address=dst))
+        else:
+            pack_i8_panels(src, exps, b[0], b[1], n, k, I8Ptr(unsafe_from_address=dst),
+                           F32Ptr(unsafe_from_address=scales))
+
+    if npan > 0 and k > 0:
+        run_tasks(work, tasks)
+    return PythonObject(None)
+
+
 def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
-    """Arguments: (a, b_packed, c, m, n, k, trans_a, a_bf16, tasks, sabotage, workspace
-    address, workspace bytes). Returns the workspace bytes this call needed."""
+    """Arguments: (a, b_packed, c, m, n, k, trans_a, a_bf16, b_fmt, b_scales, tasks,
+    sabotage, workspace address, workspace bytes). b_fmt: the panels' format (0 float32,
+    1 bf16 bits, 2 int8 codes with b_scales, a float32 pow2f per column). Returns the
+    workspace bytes this call needed."""
     var bpre = _arg(args, 1)
     var g = GemmArgs(
         _arg(args, 0), bpre, _arg(args, 2), _arg(args, 3), _arg(args, 4), _arg(args, 5),
-        _arg(args, 6) != 0, False, _arg(args, 7) != 0, False, _arg(args, 9) != 0,
+        _arg(args, 6) != 0, False, _arg(args, 7) != 0, False, _arg(args, 11) != 0,
     )
-    var tasks = max(1, _arg(args, 8))
+    var bfmt = _arg(args, 8)
+    var bscales = _arg(args, 9)
+    var tasks = max(1, _arg(args, 10))
+    var m = g.m
     if g.k == 0:
         def zero(t: Int) {imm g}:
             var cz = F32Ptr(unsafe_from_address=g.c)
@@ -274,9 +341,8 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
 
         run_tasks(zero, 1)
         return PythonObject(0)
-    var ws_addr = _arg(args, 10)
-    var ws_bytes = _arg(args, 11)
-    var m = g.m
+    var ws_addr = _arg(args, 12)
+    var ws_bytes = _arg(args, 13)
     var n = g.n
     var npan = (n + NR - 1) // NR
     var mpan = (m + MR - 1) // MR
@@ -292,7 +358,10 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     else:
         rows = chunk_bounds(m, t_count, 0, MR)[1]
     var a_once = a_once_fits(g.k, rows)
-    var per_task = small_prepared_ws(g, rows) if small_m else f32_block_ws(g, rows, cols, True, a_once)
+    # a low-bit format on the blocked path widens each column chunk into the workspace
+    # (the packed B chunk of the raw path): its workspace is the raw path's
+    var f32_panels = bfmt == PANELS_F32
+    var per_task = small_prepared_ws(g, rows, bfmt) if small_m else f32_block_ws(g, rows, cols, f32_panels, a_once)
     if rows_path:
         per_task = rows_prepared_ws(g)
     per_task = round_up(per_task, 16)  # every task's part starts on a 64-byte boundary
@@ -303,27 +372,25 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
         per_task * t_count, alignment=64
     ).unsafe_origin_cast[MutAnyOrigin]()
 
-    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre, imm a_once}:
+    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre, imm a_once, imm bfmt, imm bscales}:
         var w = ws.unsafe_offset(t * per_task)
         if rows_path:
             var b = chunk_bounds(g.n, t_count, t, NR)
-            if g.m == 1:
-                f32_rows_prepared[1, RP1](g, b[0], b[1], w, bpre)
-            elif g.m == 2:
-                f32_rows_prepared[2, 2 * RP](g, b[0], b[1], w, bpre)
-            elif g.m == 3:
-                f32_rows_prepared[3, RP](g, b[0], b[1], w, bpre)
+            if bfmt == PANELS_BF16:
+                _rows_dispatch[PANELS_BF16](g, b[0], b[1], w, bpre, bscales)
+            elif bfmt == PANELS_I8:
+                _rows_dispatch[PANELS_I8](g, b[0], b[1], w, bpre, bscales)
             else:
-                f32_rows_prepared[4, RP](g, b[0], b[1], w, bpre)
+                _rows_dispatch[PANELS_F32](g, b[0], b[1], w, bpre, bscales)
         elif split_n:
             var b = chunk_bounds(g.n, t_count, t, NR)
             if small_m:
-                f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre)
+                f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre, bfmt, bscales)
             else:
-                f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once)
+                f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once, bfmt, bscales)
         else:
             var b = chunk_bounds(g.m, t_count, t, MR)
-            f32_block(g, b[0], b[1], 0, g.n, w, bpre, a_once)
+            f32_block(g, b[0], b[1], 0, g.n, w, bpre, a_once, bfmt, bscales)
 
     run_tasks(work, t_count)
     if own:
@@ -331,6 +398,20 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     return PythonObject(ws_request(need_total))
 
 
+@always_inline
+def _rows_dispatch[FMT: Int](g: GemmArgs, j_lo: Int, j_hi: Int, w: F32Ptr, bpre: Int, bscales: Int):
+    """The decode rows kernel for m = 1..ROWS_MAX rows and panels of format FMT."""
+    if g.m == 1:
+        f32_rows_prepared[1, RP1, FMT](g, j_lo, j_hi, w, bpre, bscales)
+    elif g.m == 2:
+        f32_rows_prepared[2, 2 * RP, FMT](g, j_lo, j_hi, w, bpre, bscales)
+    elif g.m == 3:
+        f32_rows_prepared[3, RP, FMT](g, j_lo, j_hi, w, bpre, bscales)
+    else:
+        f32_rows_prepared[4, RP, FMT](g, j_lo, j_hi, w, bpre, bscales)
+
+
 def register_prepared(mut m: PythonModuleBuilder) raises:
     m.def_function[gemm_f32_pack]("gemm_f32_pack")
     m.def_function[gemm_f32_packed]("gemm_f32_packed")
+    m.def_function[gemm_f32_pack_lowbit]("gemm_f32_pack_lowbit")

@@ -8,7 +8,7 @@ from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, I64Ptr, ptr_f32
 from common.fpstate import enter_contract_mode, leave_contract_mode
 from common.tasks import chunk_bounds, run_tasks
-from transformer.cpu.ops import gather_rows, rmsnorm_rows, rope_table_rows, rope_rows, silu_mul_rows, add_rows, elementwise, softmax_rows, mean_rows, sample_rows
+from transformer.cpu.ops import gather_rows, gather_panel_rows, rmsnorm_rows, rope_table_rows, rope_rows, silu_mul_rows, add_rows, elementwise, softmax_rows, mean_rows, sample_rows
 from transformer.cpu.attention import AttnArgs, attn_unit, attn_ws_floats, attn_scale
 
 
@@ -35,6 +35,24 @@ def nn_gather(args: PythonObject) raises -> PythonObject:
     def work(t: Int) {imm table, imm ids, imm out, imm rows, imm d, imm t_count}:
         var b = chunk_bounds(rows, t_count, t, 1)
         gather_rows(table, ids, out, d, b[0], b[1])
+
+    run_tasks(work, t_count)
+    return PythonObject(None)
+
+
+def nn_gather_panels(args: PythonObject) raises -> PythonObject:
+    """(panels f32, ids i64, out f32, rows, d, nr, tasks): nn_gather from a table held as
+    prepared fp32.v1 panels of width nr (this build's NR)."""
+    var panels = ptr_f32(_arg(args, 0))
+    var ids = I64Ptr(unsafe_from_address=_arg(args, 1))
+    var out = ptr_f32(_arg(args, 2))
+    var rows = _arg(args, 3)
+    var d = _arg(args, 4)
+    var nr = _arg(args, 5)
+    var t_count = _tasks(rows, _arg(args, 6), max(1, 16384 // max(1, d)))
+    def work(t: Int) {imm panels, imm ids, imm out, imm rows, imm d, imm nr, imm t_count}:
+        var b = chunk_bounds(rows, t_count, t, 1)
+        gather_panel_rows(panels, ids, out, d, nr, b[0], b[1])
 
     run_tasks(work, t_count)
     return PythonObject(None)
@@ -243,6 +261,7 @@ def register_nn(mut m: PythonModuleBuilder) raises:
     m.def_function[nn_softmax]("nn_softmax")
     m.def_function[nn_mean]("nn_mean")
     m.def_function[nn_gather]("nn_gather")
+    m.def_function[nn_gather_panels]("nn_gather_panels")
     m.def_function[nn_rmsnorm]("nn_rmsnorm")
     m.def_function[nn_rope_table]("nn_rope_table")
     m.def_function[nn_rope]("nn_rope")

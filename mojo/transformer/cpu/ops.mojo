@@ -36,6 +36,19 @@ def gather_rows(table: F32Ptr, ids: I64Ptr, dst: F32Ptr, d: Int, r0: Int, r1: In
             j += 1
 
 
+def gather_panel_rows(panels: F32Ptr, ids: I64Ptr, dst: F32Ptr, d: Int, nr: Int, r0: Int, r1: Int):
+    """out[r] = row ids[r] of a table of d columns held as fp32.v1's prepared B panels
+    (gemm/cpu/pack_f32.pack_b_all of the table stored (vocab, d), transposed: panel q
+    holds rows [q*nr, q*nr+nr), element (v, j) at (v // nr) * nr * d + j * nr + v % nr):
+    an exact copy of each row (M-2), so a tied head and the gather read one table."""
+    for r in range(r0, r1):
+        var v = Int(ids.unsafe_load(r))
+        var src = panels.unsafe_offset((v // nr) * nr * d + v % nr)
+        var out = dst.unsafe_offset(r * d)
+        for j in range(d):
+            out.unsafe_store(j, src.unsafe_load(j * nr))
+
+
 # ------------------------------------------------------------------ M-4 RMSNorm
 def rmsnorm_rows(x: F32Ptr, ldx: Int, w: F32Ptr, dst: F32Ptr, ldo: Int, d: Int, eps: Float32, r0: Int, r1: Int):
     for r in range(r0, r1):

@@ -60,8 +60,10 @@ def gemm_prepared(x, ldx_rows: int, p, out):
     if m == 0 or n == 0:
         return out
     wa, wn = _gemm._ws()
+    bp, bfmt, bsc = p._kernel_args()
     need = native().gemm_f32_packed((
-        _a(x), p._addr, _a(out), m, n, k, 0, 0, gemm_tasks("fp32", m, n, k), _gemm.sabotage_arg(), wa, wn,
+        _a(x), bp, _a(out), m, n, k, 0, 0, bfmt, bsc, gemm_tasks("fp32", m, n, k), _gemm.sabotage_arg(),
+        wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)
@@ -78,24 +80,24 @@ def quantize15(x, m: int, k: int):
     return hi, lo, e
 
 
-def prepare15(wq):
-    """The int15 codes (hi, lo, exps) of a weight prepared once for this CPU build's
-    int15i64.v1 kernel (linalg.prepare of the quantized tuple)."""
-    from .. import _prepared
+def prepare_nt_int8(codes, e):
+    """int8 codes (n, k) and row exponents of a weight, prepared once as this CPU build's
+    int8 panels for fp32.v1 (linalg.prepare of a lowbit.Int8Weight: the kernels widen
+    them by rule L-6, the bits of the product with dequantize_int8's float32)."""
+    from .. import _prepared, lowbit
 
-    return _prepared.prepare(wq)
+    return _prepared.prepare(lowbit.Int8Weight(codes, e), transpose_b=True)
 
 
-def gemm_int15(xq, p, out, m: int, n: int, k: int):
-    """out (m, n) = int15i64.v1 of the quantized activations xq and the weights p
-    prepared by prepare15 (the bits of the raw codes' product)."""
+def gemm_int15(xq, wq, out, m: int, n: int, k: int):
+    """out (m, n) = int15i64.v1 of the quantized activations xq and the weight's int15
+    codes wq (hi, lo, exps), both as stored (the kernel packs the weight per call; the
+    decode rows read it in place)."""
     if m == 0 or n == 0:
         return out
     wa, wn = _gemm._ws()
-    parts = p._int
-    hi, lo = parts["planes"]
-    need = native().gemm_int15_packed((
-        _a(xq[0]), _a(xq[1]), _a(xq[2]), hi, lo, parts["exps"], parts["packed"], _a(out),
+    need = native().gemm_int15((
+        _a(xq[0]), _a(xq[1]), _a(xq[2]), _a(wq[0]), _a(wq[1]), _a(wq[2]), _a(out),
         m, n, k, gemm_tasks("int", m, n, k, 4), _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
@@ -115,21 +117,42 @@ def from_bf16(bits):
     return out
 
 
-def int8_roundtrip(w):
-    """dequantize_int8(quantize_int8(w)): the float32 an int8-stored weight holds."""
+def quantize8(w):
+    """(codes, exps) of the rows of w (m, k) under the int8 quantizer (L-3, L-4)."""
     m, k = w.shape
     codes = np.empty((m, k), dtype=np.int8)
     e = np.empty((m,), dtype=np.int32)
+    native().quantize_int8((_a(w), _a(codes), _a(e), m, k, tasks()))
+    return codes, e
+
+
+def dequantize8(codes, e):
+    """dequantize_int8 (L-6): the float32 an int8-stored weight materializes."""
+    m, k = codes.shape
     out = np.empty((m, k), dtype=np.float32)
-    t = tasks()
-    native().quantize_int8((_a(w), _a(codes), _a(e), m, k, t))
-    native().dequantize_int8((_a(codes), _a(e), _a(out), m, k, t))
+    native().dequantize_int8((_a(codes), _a(e), _a(out), m, k, tasks()))
     return out
+
+
+def int8_roundtrip(w):
+    """dequantize_int8(quantize_int8(w)): the float32 an int8-stored weight holds."""
+    return dequantize8(*quantize8(w))
 
 
 def gather(table, ids, out):
     rows = ids.size
     native().nn_gather((_a(table), _a(ids), _a(out), rows, table.shape[1], tasks()))
+    return out
+
+
+def gather_panels(p, ids, out):
+    """gather (M-2) from a table held as prepared fp32.v1 float32 panels p (a tied head:
+    one copy of the table serves the head and the embedding)."""
+    rows = ids.size
+    if p.format != "float32" or not p.transpose_b:
+        raise ValueError("mojolearn: gather_panels needs a float32 table prepared with "
+                         "transpose_b=True")  # pragma: no cover - the models' own use
+    native().nn_gather_panels((p._addr, _a(ids), _a(out), rows, p.k, p.nr, tasks()))
     return out
 
 

@@ -44,32 +44,43 @@ def _f32_2d(w, name):
 
 
 class Proj:
-    """One weight matrix (out, in), possibly several stacked by rows, prepared once for
-    the profile: float32 packed for this CPU build (linalg.prepare: the fp32.v1 kernel
-    reads its panels, never packs per call; the same bits), bf16 bits for fp32.v1 under
-    bfloat16 storage (kept at half size), int15 codes for int15i64.v1 (prepared the same
-    way for the integer kernel, with the codes kept beside them for decode rows). The weight
-    format is materialized first (rule M-26), so the codes under int8 storage come
-    from the int8-materialized float32 (rule M-22)."""
+    """One weight matrix (out, in), possibly several stacked by rows, held for the
+    profile in the bytes of its storage format (rule M-26 materializes the format; the
+    held form has exactly that float32's bits):
+      - fp32_v1: prepared once for this CPU build (linalg.prepare: the fp32.v1 kernel
+        reads its panels, never packs per call) in the stored format: float32 panels,
+        bf16 panels (2 bytes a weight) or int8 panels with a scale per row (1 byte a
+        weight), widened by the kernels as they read them;
+      - fixed15_v1: the int15 codes of the materialized float32 (rule M-22: under int8
+        storage they come from the int8-materialized weights), held once as the two
+        int8 planes and the row exponents (2 bytes a weight); the int15 kernel packs
+        them per call (decode rows read them as stored).
+    ``format`` says which of "float32", "bfloat16", "int8" (fp32_v1) or "int15"
+    (fixed15_v1) is held."""
 
     def __init__(self, w, profile: str, weight_format: str = "float32"):
         self.n, self.k = w.shape
         self.fixed15 = profile == "fixed15_v1"
-        self.bf16 = False
         if weight_format == "bfloat16":
             bits = K.to_bf16(w)
             if not self.fixed15:
-                self.bf16, self.w = True, bits
+                self.format, self.w = "bfloat16", K.prepare_nt(bits)
                 return
             w = K.from_bf16(bits)
         elif weight_format == "int8":
-            w = K.int8_roundtrip(w)
+            codes, e = K.quantize8(w)
+            if not self.fixed15:
+                self.format, self.w = "int8", K.prepare_nt_int8(codes, e)
+                return
+            w = K.dequantize8(codes, e)
         if self.fixed15:
-            self.w = K.prepare15(K.quantize15(w, self.n, self.k))
+            self.format, self.w = "int15", K.quantize15(w, self.n, self.k)
         else:
-            self.w = K.prepare_nt(w)
+            self.format, self.w = "float32", K.prepare_nt(w)
 
     def nbytes(self):
+        if self.fixed15:
+            return sum(a.nbytes for a in self.w)
         return self.w.nbytes
 
     def __call__(self, x, xq=None):
@@ -80,8 +91,6 @@ class Proj:
             if xq is None:
                 xq = K.quantize15(x, rows, self.k)
             return K.gemm_int15(xq, self.w, out, rows, self.n, self.k)
-        if self.bf16:
-            return K.gemm_nt(x, rows, self.w, out, w_bf16=True)
         return K.gemm_prepared(x, rows, self.w, out)
 
 
@@ -113,8 +122,15 @@ class Layer:
         self.down = Proj(np.ascontiguousarray(get(p + "mlp.down_proj.weight")), profile, weight_format)
 
     def nbytes(self):
-        n = self.ln1.nbytes + self.ln2.nbytes + (self.bias.nbytes if self.bias is not None else 0)
-        return n + sum(p.nbytes() for p in (self.qkv, self.o, self.gu, self.down))
+        return sum(self.held().values())
+
+    def held(self) -> dict:
+        """Bytes held by format: {"float32": norms and bias, <the projections' format>: ...}."""
+        out = {"float32": self.ln1.nbytes + self.ln2.nbytes
+               + (self.bias.nbytes if self.bias is not None else 0)}
+        for p in (self.qkv, self.o, self.gu, self.down):
+            out[p.format] = out.get(p.format, 0) + p.nbytes()
+        return out
 
     def forward(self, x, B, L, pos0, kt, vc, rope):
         """x (B*L, d) float32, updated in place (the residual stream). kt/vc: this

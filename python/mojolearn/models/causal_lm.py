@@ -55,7 +55,7 @@ class CausalLM:
                 raise TypeError(f"mojolearn: {source}: tensor {name!r} has dtype "
                                 f"{np.asarray(w).dtype}; weights are float32 after loading")
         pop = weights.pop
-        self.embed = np.ascontiguousarray(weights["model.embed_tokens.weight"])
+        embed = np.ascontiguousarray(pop("model.embed_tokens.weight"))
         self.norm = np.ascontiguousarray(weights["model.norm.weight"])
         self.layers = []
         for i in range(cfg.num_hidden_layers):
@@ -65,9 +65,15 @@ class CausalLM:
                 n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, eps=cfg.rms_norm_eps,
                 profile=self.numeric_profile, weight_format=self.weight_format,
                 qkv_bias=cfg.qkv_bias))
-        head = self.embed if cfg.tie_word_embeddings else np.ascontiguousarray(weights["lm_head.weight"])
-        # the head and the embedding stay the checkpoint's float32 (rule M-26)
+        # the head and the embedding stay the checkpoint's float32 (rule M-26). A tied head
+        # under fp32_v1 is the one copy of the table: its prepared float32 panels, which
+        # the gather reads too (exact copies of the rows, M-2); otherwise the gather reads
+        # the table as stored and the head holds its own form (panels, or int15 codes)
+        head = embed if cfg.tie_word_embeddings else np.ascontiguousarray(pop("lm_head.weight"))
         self.head = Proj(head, self.numeric_profile, "float32")
+        del head
+        self.embed = None if (cfg.tie_word_embeddings and not self.head.fixed15) else embed
+        del embed
         self.eps_bits = K.f32_bits(cfg.rms_norm_eps)
         self._rope = K.rope_table(self.max_positions, cfg.head_dim, K.f32_bits(cfg.rope_theta))
         self._key = f"{cfg.fingerprint()}:{self.numeric_profile}:{self.weight_format}"
@@ -88,11 +94,20 @@ class CausalLM:
                    max_positions=max_positions, source=f"model {os.fspath(path)!r}")
 
     def nbytes(self):
-        """Bytes held by the prepared weights (embedding, head, norms, blocks)."""
-        n = self.embed.nbytes + self.norm.nbytes + sum(l.nbytes() for l in self.layers)
-        if self.head.w is not self.embed:
-            n += self.head.nbytes()
-        return n
+        """Bytes held by the weights (embedding, head, norms, blocks): sum of held()."""
+        return sum(self.held().values())
+
+    def held(self) -> dict:
+        """Bytes held by format: "float32" (the embedding the gather reads, a float32
+        head's panels, the norms), and the projections' (and an int15 head's) format:
+        "bfloat16" or "int8" panels under fp32_v1, "int15" codes under fixed15_v1. A
+        tied fp32_v1 head and the embedding are one copy."""
+        out = {"float32": self.norm.nbytes + (self.embed.nbytes if self.embed is not None else 0)}
+        out[self.head.format] = out.get(self.head.format, 0) + self.head.nbytes()
+        for layer in self.layers:
+            for f, n in layer.held().items():
+                out[f] = out.get(f, 0) + n
+        return out
 
     # ------------------------------------------------------------------ inputs
     def _ids(self, ids, what="ids"):
@@ -163,7 +178,11 @@ class CausalLM:
         vocab = self.config.vocab_size
         pos0 = state.length
         d = self.config.hidden_size
-        x = K.gather(self.embed, ids.reshape(-1), np.empty((B * L, d), dtype=np.float32))
+        rows = np.empty((B * L, d), dtype=np.float32)
+        if self.embed is None:
+            x = K.gather_panels(self.head.w, ids.reshape(-1), rows)
+        else:
+            x = K.gather(self.embed, ids.reshape(-1), rows)
         for i, layer in enumerate(self.layers):
             layer.forward(x, B, L, pos0, state.kt[i], state.v[i], self._rope)
         state.length = pos0 + L
