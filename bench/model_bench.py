@@ -30,15 +30,17 @@ def hwm():  # this process's peak resident set (kB); ru_maxrss would include the
 path, prof, fmt = sys.argv[1:4]
 base = hwm()
 lm = CausalLM.load(path, numeric_profile=prof, weight_format=fmt)
+load = hwm() - base
 lm.forward(np.arange(64)[None, :] % 1000)
-print(json.dumps({"peak_kib": hwm() - base, "held_bytes": lm.nbytes()}))
+print(json.dumps({"peak_kib": hwm() - base, "load_peak_kib": load, "held_bytes": lm.nbytes(),
+                  "held": lm.held()}))
 """
 
 
 def memory_rows(model_dir, f32_bytes):
     rows = []
     for prof, fmt in (("fp32_v1", "float32"), ("fp32_v1", "bfloat16"), ("fp32_v1", "int8"),
-                      ("fixed15_v1", "float32")):
+                      ("fixed15_v1", "float32"), ("fixed15_v1", "bfloat16"), ("fixed15_v1", "int8")):
         r = subprocess.run([sys.executable, "-c", _MEM_CHILD, model_dir, prof, fmt,
                             os.path.join(ROOT, "python")], capture_output=True, text=True)
         if r.returncode:
@@ -46,11 +48,26 @@ def memory_rows(model_dir, f32_bytes):
             continue
         m = json.loads(r.stdout.strip().splitlines()[-1])
         ratio = m["peak_kib"] * 1024 / f32_bytes
+        held = m["held_bytes"] / f32_bytes
         rows.append({"profile": prof, "weight_format": fmt, "peak_rss_delta_bytes": m["peak_kib"] * 1024,
-                     "held_bytes": m["held_bytes"], "over_f32_weight_bytes": round(ratio, 3)})
-        print(f"    memory {prof:10s} {fmt:8s}: peak {m['peak_kib'] / 1024:7.1f} MiB "
-              f"({ratio:.2f}x the float32 weight bytes), held {m['held_bytes'] / 2**20:.1f} MiB")
+                     "load_peak_rss_delta_bytes": m["load_peak_kib"] * 1024,
+                     "held_bytes": m["held_bytes"], "held_by_format": m["held"],
+                     "over_f32_weight_bytes": round(ratio, 3), "held_over_f32_weight_bytes": round(held, 3),
+                     "load_peak_over_held": round(m["load_peak_kib"] * 1024 / m["held_bytes"], 3)})
+        print(f"    memory {prof:10s} {fmt:8s}: held {m['held_bytes'] / 2**20:6.1f} MiB ({held:.3f}x the "
+              f"float32 weight bytes), peak {m['peak_kib'] / 1024:6.1f} MiB ({ratio:.2f}x; load "
+              f"{m['load_peak_kib'] * 1024 / m['held_bytes']:.2f}x held)")
     return rows
+
+
+def _lowbit_ratios(row, low):
+    """Speed of each low-bit weight format over float32 weights (same profile): the
+    median of the paired per-rep ratios float32 time / low-bit time (> 1: faster)."""
+    out = {}
+    for fmt in low:
+        pairs = zip(row["reps_ms"]["mojolearn"], row["reps_ms"][f"fp32_v1_{fmt}"])
+        out[fmt] = round(statistics.median(a / b for a, b in pairs), 3)
+    return out
 
 
 def run_models(B, threads, quick, torch):
@@ -71,10 +88,15 @@ def run_models(B, threads, quick, torch):
     model_dir = export_hf(gguf_path, os.path.join(os.path.dirname(gguf_path), "smollm2-135m-hf"))
     f32 = CausalLM.load(model_dir, numeric_profile="fp32_v1")
     f15 = CausalLM.load(model_dir, numeric_profile="fixed15_v1")
+    # the same profile with the projections held low-bit (read widened by the kernels)
+    low = {fmt: CausalLM.load(model_dir, numeric_profile="fp32_v1", weight_format=fmt)
+           for fmt in ("int8", "bfloat16")}
     f32_bytes = sum(4 * int(np.prod(s)) for s in expected_shapes(f32.config).values())
     n = 64 if quick else 512
     ids = (np.arange(n, dtype=np.int64)[None, :] * 7919) % f32.config.vocab_size
     cont = {"mojolearn": lambda: f32.forward(ids), "fixed15_v1": lambda: f15.forward(ids)}
+    for fmt, lm in low.items():
+        cont[f"fp32_v1_{fmt}"] = lambda lm=lm: lm.forward(ids)
     hf = None
     if torch is not None:
         import transformers
@@ -95,6 +117,7 @@ def run_models(B, threads, quick, torch):
         pairs = [a / b for a, b in zip(row["reps_ms"]["fixed15_v1"], row["reps_ms"]["mojolearn"])]
         over = {"lo": min(pairs), "hi": max(pairs), "median": statistics.median(pairs)}
         row["fixed15_over_fp32"] = over
+        row["lowbit_over_float32"] = _lowbit_ratios(row, low)
     if hf is not None:
         # the cost of identity inside torch: the same transformers model with
         # mojolearn.torch.identical() on (products fp32.v1, silu the SiLU kernel) vs off
@@ -115,6 +138,8 @@ def run_models(B, threads, quick, torch):
     new = 8 if quick else 32
     p = ids[:, :32]
     dcont = {"mojolearn": lambda: f32.generate(p, new), "fixed15_v1": lambda: f15.generate(p, new)}
+    for fmt, lm in low.items():
+        dcont[f"fp32_v1_{fmt}"] = lambda lm=lm: lm.generate(p, new)
     if hf is not None:
         tp = torch.from_numpy(p)
 
@@ -128,6 +153,10 @@ def run_models(B, threads, quick, torch):
                   (1, new), dcont, peer="torch" if hf is not None else None, settle=("torch",))
     if drow:
         drow["tokens_per_s"] = {k: new / (v / 1e3) for k, v in drow["median_ms"].items()}
+        drow["lowbit_over_float32"] = _lowbit_ratios(drow, low)
+        for fmt, r in drow["lowbit_over_float32"].items():
+            print(f"    fp32_v1 {fmt} weights: {r:.2f}x the float32 weights' decode speed")
+    del low
     del hf
     if not quick:
         print("peak memory of a loaded model (a subprocess each)")

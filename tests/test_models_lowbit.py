@@ -86,3 +86,45 @@ def test_held_bytes_by_format(model, profile, fmt):
         want[key] = want.get(key, 0) + n
     assert held == want, (held, want)
     assert (lm.embed is None) == (tied and profile == "fp32_v1")
+
+
+def test_load_streams_the_checkpoint(tmp_path):
+    """CausalLM.load reads each tensor once, when its holder is made, and lets it go
+    after: at no time are more than a few tensors alive as float32 (the peak of a load
+    is about what the model holds, not the checkpoint's float32 size beside it)."""
+    import weakref
+
+    from mojolearn.models import loader
+
+    cfg = dict(TINY, num_hidden_layers=6, tie_word_embeddings=True)
+    w = tiny_weights(cfg, seed=12)
+    path = write_model(tmp_path / "stream", cfg, w)
+    total = sum(a.nbytes for a in w.values())
+    alive, reads, peak = [], {}, [0]
+    real = loader.read_model
+
+    def counting(p, lazy=False):
+        c, weights = real(p, lazy=lazy)
+        assert lazy and isinstance(weights, loader.LazyWeights)
+        for name, (shape, read) in list(weights._entries.items()):
+            def wrapped(read=read, name=name):
+                a = read()
+                reads[name] = reads.get(name, 0) + 1
+                alive.append((weakref.ref(a), a.nbytes))
+                peak[0] = max(peak[0], sum(n for r, n in alive if r() is not None))
+                return a
+            weights._entries[name] = (shape, wrapped)
+        return c, weights
+
+    import mojolearn.models.causal_lm as cl
+    old = cl.read_model
+    cl.read_model = counting
+    try:
+        lm = CausalLM.load(path)
+    finally:
+        cl.read_model = old
+    assert sorted(reads) == sorted(w) and set(reads.values()) == {1}
+    assert peak[0] <= 2 * w["model.embed_tokens.weight"].nbytes + 3 * w[
+        "model.layers.0.mlp.gate_proj.weight"].nbytes < total
+    ids = ids_for(cfg, 1, 6, seed=13)
+    assert_same_bits(lm.forward(ids), MO.forward(w, cfg, ids, "fp32_v1"))

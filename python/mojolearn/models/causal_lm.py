@@ -10,7 +10,7 @@ from .. import profiles as _profiles
 from . import _kernels as K
 from .block import Layer, Proj, check_max_positions, check_weight_format
 from .config import ModelConfig
-from .loader import check_weights, read_model
+from .loader import LazyWeights, check_weights, read_model
 
 
 class GenerationState:
@@ -50,21 +50,17 @@ class CausalLM:
         self.config = cfg = config
         self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings)
         check_weights(cfg, weights, source)
-        for name, w in weights.items():
-            if np.asarray(w).dtype != np.float32:
-                raise TypeError(f"mojolearn: {source}: tensor {name!r} has dtype "
-                                f"{np.asarray(w).dtype}; weights are float32 after loading")
+        if not isinstance(weights, LazyWeights):  # a LazyWeights yields float32 only
+            for name, w in weights.items():
+                if np.asarray(w).dtype != np.float32:
+                    raise TypeError(f"mojolearn: {source}: tensor {name!r} has dtype "
+                                    f"{np.asarray(w).dtype}; weights are float32 after loading")
+            weights = dict(weights)  # the tensors are taken out of it as they are held
+        # each tensor is read (a LazyWeights) or taken when its holder is made and let go
+        # after, the table first: the load never holds the checkpoint as float32 at once
         pop = weights.pop
         embed = np.ascontiguousarray(pop("model.embed_tokens.weight"))
         self.norm = np.ascontiguousarray(weights["model.norm.weight"])
-        self.layers = []
-        for i in range(cfg.num_hidden_layers):
-            p = f"model.layers.{i}."
-            self.layers.append(Layer(
-                lambda n: np.asarray(pop(n)), p, n_heads=cfg.num_attention_heads,
-                n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, eps=cfg.rms_norm_eps,
-                profile=self.numeric_profile, weight_format=self.weight_format,
-                qkv_bias=cfg.qkv_bias))
         # the head and the embedding stay the checkpoint's float32 (rule M-26). A tied head
         # under fp32_v1 is the one copy of the table: its prepared float32 panels, which
         # the gather reads too (exact copies of the rows, M-2); otherwise the gather reads
@@ -74,6 +70,14 @@ class CausalLM:
         del head
         self.embed = None if (cfg.tie_word_embeddings and not self.head.fixed15) else embed
         del embed
+        self.layers = []
+        for i in range(cfg.num_hidden_layers):
+            p = f"model.layers.{i}."
+            self.layers.append(Layer(
+                lambda n: np.asarray(pop(n)), p, n_heads=cfg.num_attention_heads,
+                n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, eps=cfg.rms_norm_eps,
+                profile=self.numeric_profile, weight_format=self.weight_format,
+                qkv_bias=cfg.qkv_bias))
         self.eps_bits = K.f32_bits(cfg.rms_norm_eps)
         self._rope = K.rope_table(self.max_positions, cfg.head_dim, K.f32_bits(cfg.rope_theta))
         self._key = f"{cfg.fingerprint()}:{self.numeric_profile}:{self.weight_format}"
@@ -89,7 +93,7 @@ class CausalLM:
         _profiles.resolve(numeric_profile, what="numeric_profile", use="inference",
                           family="transformer")
         check_weight_format(weight_format)
-        cfg, weights = read_model(path)
+        cfg, weights = read_model(path, lazy=True)
         return cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
                    max_positions=max_positions, source=f"model {os.fspath(path)!r}")
 

@@ -1,7 +1,10 @@
 """Reading a model's weights: a Hugging Face directory (``config.json`` +
 ``model.safetensors`` or a sharded ``model.safetensors.index.json``; tensors stored
 F32, BF16 or F16, widened exactly to float32) or a ``.gguf`` file (dequantized to
-float32 by the ``gguf`` package). Returns ``(ModelConfig, {hf_name: float32 array})``.
+float32 by the ``gguf`` package). Returns ``(ModelConfig, {hf_name: float32 array})``,
+or with ``lazy=True`` ``(ModelConfig, LazyWeights)``: the same names, each tensor
+read from the file when it is asked for and not kept, so a model that packs its
+weights as it builds itself never holds the whole checkpoint as float32 at once.
 
 A truncated or corrupt file, a missing tensor or one of the wrong shape is refused by
 name; nothing is guessed.
@@ -24,8 +27,55 @@ def _corrupt(path, why):
     return ValueError(f"mojolearn: model file {os.fspath(path)!r} is truncated or corrupt: {why}")
 
 
+class LazyWeights:
+    """name -> float32 array, read from the checkpoint when asked for (``w[name]``,
+    ``w.pop(name)``) and not kept: each access reads the tensor anew. ``shape(name)``
+    and ``names()`` read nothing. Made by ``read_model(path, lazy=True)``; every
+    tensor it yields is float32 (F32 as stored, BF16 / F16 widened exactly, GGUF
+    dequantized)."""
+
+    def __init__(self, entries: dict, source: str):
+        self._entries = dict(entries)  # name -> (shape, read)
+        self.source = source
+
+    def names(self):
+        return list(self._entries)
+
+    def shape(self, name):
+        return self._entries[name][0]
+
+    def __contains__(self, name):
+        return name in self._entries
+
+    def __len__(self):
+        return len(self._entries)
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __getitem__(self, name):
+        return self._entries[name][1]()
+
+    def get(self, name, default=None):
+        return self[name] if name in self._entries else default
+
+    def pop(self, name):
+        _, read = self._entries.pop(name)
+        return read()
+
+    def load_all(self) -> dict:
+        """Every tensor read now: the plain dict read_model(path) returns."""
+        return {name: read() for name, (_, read) in self._entries.items()}
+
+
 def read_safetensors(path) -> dict:
     """name -> float32 array of one safetensors file (F32, BF16, F16 widened exactly)."""
+    return {name: read() for name, (_, read) in _safetensors_entries(path).items()}
+
+
+def _safetensors_entries(path) -> dict:
+    """name -> (shape, read()) of one safetensors file: the header is read and every
+    tensor's place checked now; read() reads one tensor into a new float32 array."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -42,52 +92,65 @@ def read_safetensors(path) -> dict:
         raise _corrupt(path, "header is not a JSON object")
     base = 8 + n
     out = {}
-    with open(path, "rb") as f:
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
-            try:
-                dt, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise _corrupt(path, f"tensor {name!r} has a malformed entry {t!r}") from None
-            if dt not in _ST_DTYPES:
-                raise ValueError(
-                    f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} has dtype {dt}; "
-                    f"model weights are read from F32, BF16 or F16 tensors only"
-                )
-            npdt, isz = _ST_DTYPES[dt]
-            count = int(np.prod(shape)) if shape else 1
-            if not (0 <= lo <= hi and base + hi <= size) or hi - lo != count * isz:
-                raise _corrupt(path, f"tensor {name!r} ({dt}, shape {shape}) lies at bytes "
-                                     f"[{lo}, {hi}) of a data section of {size - base} bytes")
-            # read straight into the array (no mapping of the file: its pages would be
-            # resident beside the copy and double the load's peak memory)
-            raw = np.empty(shape, dtype=npdt)
-            f.seek(base + lo)
-            if raw.nbytes and f.readinto(memoryview(raw).cast("B")) != raw.nbytes:
-                raise _corrupt(path, f"tensor {name!r} is cut short")
-            if dt == "F32":
-                out[name] = raw
-            elif dt == "BF16":
-                out[name] = K.from_bf16(raw)
-            else:
-                out[name] = raw.astype(np.float32)  # float16 -> float32 is exact
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dt, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise _corrupt(path, f"tensor {name!r} has a malformed entry {t!r}") from None
+        if dt not in _ST_DTYPES:
+            raise ValueError(
+                f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} has dtype {dt}; "
+                f"model weights are read from F32, BF16 or F16 tensors only"
+            )
+        npdt, isz = _ST_DTYPES[dt]
+        count = int(np.prod(shape)) if shape else 1
+        if not (0 <= lo <= hi and base + hi <= size) or hi - lo != count * isz:
+            raise _corrupt(path, f"tensor {name!r} ({dt}, shape {shape}) lies at bytes "
+                                 f"[{lo}, {hi}) of a data section of {size - base} bytes")
+        out[name] = (tuple(shape), _st_reader(path, name, dt, tuple(shape), base + lo))
     return out
 
 
-def read_hf_dir(path):
+def _st_reader(path, name, dt, shape, at):
+    npdt = _ST_DTYPES[dt][0]
+
+    def read():
+        # read straight into the array (no mapping of the file: its pages would be
+        # resident beside the copy and double the load's peak memory)
+        raw = np.empty(shape, dtype=npdt)
+        with open(path, "rb") as f:
+            f.seek(at)
+            if raw.nbytes and f.readinto(memoryview(raw).cast("B")) != raw.nbytes:
+                raise _corrupt(path, f"tensor {name!r} is cut short")
+        if dt == "F32":
+            return raw
+        if dt == "BF16":
+            return K.from_bf16(raw)
+        return raw.astype(np.float32)  # float16 -> float32 is exact
+
+    return read
+
+
+def read_hf_dir(path, lazy=False):
     cfg = ModelConfig.from_file(os.path.join(path, "config.json"))
+    weights = LazyWeights(_hf_entries(path), f"model {os.fspath(path)!r}")
+    return cfg, (weights if lazy else weights.load_all())
+
+
+def _hf_entries(path) -> dict:
     single = os.path.join(path, "model.safetensors")
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.isfile(single):
-        return cfg, read_safetensors(single)
+        return _safetensors_entries(single)
     if os.path.isfile(index):
         try:
             with open(index, "r", encoding="utf-8") as f:
                 wm = json.load(f)["weight_map"]
         except (ValueError, KeyError, TypeError) as e:
             raise _corrupt(index, f"no weight_map ({e})") from None
-        weights = {}
+        entries = {}
         for shard in sorted(set(wm.values())):
             part = os.path.join(path, shard)
             if not os.path.isfile(part):
@@ -95,8 +158,8 @@ def read_hf_dir(path):
                     f"mojolearn: model directory {os.fspath(path)!r}: shard {shard!r} named "
                     f"by model.safetensors.index.json is missing"
                 )
-            weights.update(read_safetensors(part))
-        return cfg, weights
+            entries.update(_safetensors_entries(part))
+        return entries
     raise FileNotFoundError(
         f"mojolearn: model directory {os.fspath(path)!r} has no model.safetensors or "
         f"model.safetensors.index.json"
@@ -165,7 +228,7 @@ def gguf_config(reader) -> ModelConfig:
     return ModelConfig.from_dict(d)
 
 
-def read_gguf(path):
+def read_gguf(path, lazy=False):
     try:
         import gguf
     except ImportError:
@@ -183,7 +246,11 @@ def read_gguf(path):
         if str(e).startswith("mojolearn"):
             raise
         raise _corrupt(path, f"metadata unreadable ({e})") from None
-    weights = {}
+    # the metadata is read (the config above; a tokenizer opens the file itself): the
+    # reader's parsed fields, the vocabulary among them, are about 100 MB of Python
+    # objects for SmolLM2-135M that would otherwise live as long as the tensors' readers
+    reader.fields.clear()
+    entries = {}
     for t in reader.tensors:
         parts = t.name.split(".")
         if parts[0] == "blk":
@@ -199,28 +266,70 @@ def read_gguf(path):
             name = "lm_head.weight"
         else:
             continue
+        heads = (cfg.num_attention_heads if kind_is(parts, "attn_q") else
+                 cfg.num_key_value_heads if kind_is(parts, "attn_k") else None)
+        shape = tuple(int(v) for v in reversed(t.shape)) if len(t.shape) > 1 else (int(t.shape[0]),)
+        entries[name] = (shape, _gguf_reader(gguf, reader, t, path, heads))
+    weights = LazyWeights(entries, f"model {os.fspath(path)!r}")
+    return cfg, (weights if lazy else weights.load_all())
+
+
+_GGUF_ROWS = 4096  # rows dequantized at a time
+
+
+def _gguf_reader(gguf, reader, t, path, heads):
+    def read():
         try:
-            w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+            data = t.data
+            if data.ndim == 2 and data.shape[0] > _GGUF_ROWS:
+                # row blocks: the package's dequantization makes several temporaries the
+                # size of its input's float32, which for a whole embedding table would
+                # double the load's peak memory
+                w = np.empty((data.shape[0], int(t.shape[0])), dtype=np.float32)
+                for r in range(0, data.shape[0], _GGUF_ROWS):
+                    w[r:r + _GGUF_ROWS] = gguf.quants.dequantize(data[r:r + _GGUF_ROWS],
+                                                                 t.tensor_type)
+            else:
+                w = np.asarray(gguf.quants.dequantize(data, t.tensor_type), dtype=np.float32)
         except Exception as e:
             raise _corrupt(path, f"tensor {t.name!r} cannot be dequantized ({e})") from None
-        if kind_is(parts, "attn_q"):
-            w = _unpermute(w, cfg.num_attention_heads)
-        elif kind_is(parts, "attn_k"):
-            w = _unpermute(w, cfg.num_key_value_heads)
-        weights[name] = np.ascontiguousarray(w, dtype=np.float32)
-    return cfg, weights
+        if heads is not None:
+            w = _unpermute(w, heads)
+        _drop_pages(reader, t)
+        return np.ascontiguousarray(w, dtype=np.float32)
+
+    return read
+
+
+def _drop_pages(reader, t):
+    """Let the kernel drop the file pages one tensor's read touched from this process
+    (they stay in the page cache): the file is mapped, and its pages would otherwise
+    count against the load's peak memory beside the float32 copies."""
+    import mmap
+
+    mm = getattr(reader.data, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise"):
+        return
+    page = mmap.PAGESIZE
+    lo = int(t.data_offset) // page * page
+    hi = int(t.data_offset) + int(t.n_bytes)
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    except (OSError, ValueError):  # pragma: no cover - a kernel that refuses: more RSS only
+        pass
 
 
 def kind_is(parts, kind):
     return parts[0] == "blk" and len(parts) > 2 and parts[2] == kind
 
 
-def read_model(path):
+def read_model(path, lazy=False):
+    """(ModelConfig, weights): a dict of float32 arrays, or a LazyWeights (lazy=True)."""
     p = os.fspath(path)
     if os.path.isdir(p):
-        return read_hf_dir(p)
+        return read_hf_dir(p, lazy=lazy)
     if p.endswith(".gguf") and os.path.isfile(p):
-        return read_gguf(p)
+        return read_gguf(p, lazy=lazy)
     if not os.path.exists(p):
         raise FileNotFoundError(f"mojolearn: no model at {p!r}; pass a Hugging Face model "
                                 f"directory or a .gguf file")
@@ -249,15 +358,18 @@ def expected_shapes(cfg: ModelConfig) -> dict:
     return shapes
 
 
-def check_weights(cfg: ModelConfig, weights: dict, where: str):
+def check_weights(cfg: ModelConfig, weights, where: str):
+    """Every tensor the config needs is there with its shape (a LazyWeights is checked
+    from the checkpoint's header, nothing read)."""
+    lazy = isinstance(weights, LazyWeights)
     for name, shape in expected_shapes(cfg).items():
-        w = weights.get(name)
-        if w is None:
+        if name not in weights:
             raise ValueError(f"mojolearn: {where}: tensor {name!r} is missing (the config "
                              f"{cfg.model_type} with {cfg.num_hidden_layers} layers needs it)")
-        if tuple(w.shape) != shape:
-            raise ValueError(f"mojolearn: {where}: tensor {name!r} has shape {tuple(w.shape)}, "
+        got = tuple(weights.shape(name)) if lazy else tuple(np.asarray(weights[name]).shape)
+        if got != shape:
+            raise ValueError(f"mojolearn: {where}: tensor {name!r} has shape {got}, "
                              f"the config needs {shape}")
 
 __all__ = ["read_model", "read_hf_dir", "read_gguf", "read_safetensors", "gguf_config",
-           "expected_shapes", "check_weights", "kind_is"]
+           "expected_shapes", "check_weights", "kind_is", "LazyWeights"]
