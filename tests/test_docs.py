@@ -151,7 +151,7 @@ def _griffe_package():
     griffe = pytest.importorskip("griffe", reason="the docs tools (requirements-docs.txt) are "
                                  "not installed; make docs installs them")
     return griffe.load("mojolearn", search_paths=[str(ROOT / "python")],
-                       resolve_aliases=True, resolve_external=False)
+                       resolve_aliases=True, resolve_external=False, allow_inspection=False)
 
 
 def _public_names(modname: str) -> list:
