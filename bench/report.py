@@ -116,7 +116,9 @@ def _short_box(box: str) -> str:
 def _cpu_order(entry):
     name, d = entry
     # newest first; then box, then the widest build first
-    return (-int(str(d.get("date", "0")).replace("-", "") or 0), str(d.get("box")),
+    date = str(d.get("date") or "")
+    stamp = int(date.replace("-", "")) if date.replace("-", "").isdigit() else 0
+    return (-stamp, str(d.get("box")),
             ISA_ORDER.get(d.get("isa"), 9), name)
 
 
