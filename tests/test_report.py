@@ -116,3 +116,33 @@ def test_markers_missing_is_an_error(tmp_path):
 def test_the_newest_cpu_file_is_in_the_readme(name):
     """The README shows the results of this box's latest run."""
     assert f"`{name}`" in (ROOT / "README.md").read_text()
+
+
+sys.path.insert(0, str(ROOT / "bench"))
+import estimate  # noqa: E402
+
+sys.path.pop(0)
+
+
+def test_bench_estimate_reads_this_box_s_last_run(tmp_path):
+    """make bench's up-front estimate: a file's recorded elapsed time; for an older file
+    the time its reps and pauses account for, said to be a lower bound; a build without
+    a file on this box is named; the -quick file serves QUICK=1 only."""
+    box = "Test Box (Zen 9)"
+    rec = dict(_cpu_file(box=box, isa="v4"), elapsed_s=754.0)
+    old = _cpu_file(box=box, isa="v3", cases=[
+        {"case": "matmul;fp32.v1;NN;2048;2048;2048",
+         "reps_ms": {"mojolearn": [100.0] * 9, "numpy": [100.0] * 9}}])
+    (tmp_path / "cpu-test-box-zen-9-v4.json").write_text(json.dumps(rec))
+    (tmp_path / "cpu-test-box-zen-9-v3.json").write_text(json.dumps(old))
+    (tmp_path / "cpu-test-box-zen-9-v3-quick.json").write_text(json.dumps(dict(old, elapsed_s=95.0)))
+    text, s = estimate.line(box, "v4", results=tmp_path)
+    assert s == 754.0 and "about 13 min" in text and "cpu-test-box-zen-9-v4.json" in text
+    text, s = estimate.line(box, "v3", results=tmp_path)
+    # 9 + 1 calls of 0.1 s on each side, and numpy's 10 settle pauses of 0.35 s
+    assert s == pytest.approx(2.0 + 3.5) and text.startswith("v3: at least") and "not counted" in text
+    text, s = estimate.line(box, "v3", quick=True, results=tmp_path)
+    assert s == 95.0 and "-quick.json" in text
+    text, s = estimate.line(box, "amx", results=tmp_path)
+    assert s is None and "no earlier run" in text
+    assert estimate.slug(box) == "test-box-zen-9"

@@ -34,6 +34,8 @@ CODE_FILES = ("argparse.py", "ast.py", "collections/__init__.py", "dataclasses.p
               "json/decoder.py", "logging/__init__.py", "pathlib.py", "pickle.py",
               "pydoc.py", "re/_parser.py", "shutil.py", "socket.py", "subprocess.py",
               "tarfile.py", "threading.py", "typing.py", "unittest/case.py", "zipfile.py")
+"""The standard-library modules (paths under the stdlib folder) whose text, joined in this
+order, makes the built-in 'code' text (its last 1 MB)."""
 
 
 def builtin_text(name: str) -> str:
