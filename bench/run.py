@@ -201,6 +201,7 @@ def main(argv=None):
     ap.add_argument("--only", default=None)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    t_start = now()
     reps = 3 if a.quick else a.reps
     B = Bench(reps, a.only)
     rng = np.random.default_rng(0)
@@ -211,6 +212,10 @@ def main(argv=None):
           f"torch {'yes' if torch else 'not installed'}")
     print(f"  cpu: {ident['vendor']} family {ident['family']} model {ident['model']} "
           f"({ident['core']}); {cache_txt}")
+    from estimate import line as estimate_line
+
+    if not a.only:
+        print(f"  estimate: {estimate_line(box(), mojolearn.cpu_isa(), a.quick)[0]}", flush=True)
     if PEER_PIN:
         print(f"  peers pinned to the {mojolearn.cpu_isa()} build's ISA (this CPU also runs "
               f"{', '.join(_wider)}): " + " ".join(f"{k}={v}" for k, v in PEER_PIN.items()))
@@ -387,6 +392,9 @@ def main(argv=None):
                           f"({', '.join(_wider)}): numpy/torch pinned to the {isa} build's ISA, as "
                           "on a machine of that ISA"} if PEER_PIN else None),
         "cases": B.rows,
+        # the whole run, from the start of main to the results (model loading included):
+        # the next run's estimate on this box (bench/estimate.py)
+        "elapsed_s": round(now() - t_start, 1),
     }
     if model_over and not a.quick and not a.only:
         data["profiles"] = {"fixed15_v1": {
@@ -418,7 +426,8 @@ def main(argv=None):
     if "profiles" in data:
         p = data["profiles"]["fixed15_v1"]
         print(f"\nfixed15_v1 over fp32_v1 on {vend} ({bx}): {p['over'][0]:.3f} .. {p['over'][1]:.3f} (<1: faster)")
-    print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    print(f"\ndone in {now() - t_start:.0f} s")
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     try:
         plot(data, out.with_suffix(".png"))
         print(f"wrote {out.with_suffix('.png').relative_to(ROOT) if out.is_relative_to(ROOT) else out.with_suffix('.png')}")

@@ -89,18 +89,22 @@ class Array:
 
     @property
     def dtype(self) -> str:
+        """The element type: 'float32', 'uint16', 'int8', 'int32', ... (a str)."""
         return self._ml_dtype
 
     @property
     def shape(self) -> tuple:
+        """The shape, a tuple of ints."""
         return self._ml_shape
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self._ml_shape)
 
     @property
     def size(self) -> int:
+        """The number of elements (1 for a 0-d Array)."""
         n = 1
         for d in self._ml_shape:
             n *= d
@@ -108,10 +112,12 @@ class Array:
 
     @property
     def nbytes(self) -> int:
+        """The bytes the elements take (size times the item size)."""
         return self.size * itemsize(self._ml_dtype)
 
     @property
     def address(self) -> int:
+        """The address of the first element (for ctypes and native calls)."""
         return ctypes.addressof(self)
 
     def memoryview(self) -> memoryview:
@@ -125,6 +131,7 @@ class Array:
         return mv.cast(code, self._ml_shape)
 
     def tolist(self):
+        """The elements as nested Python lists."""
         if self.size == 0:
             return _empty_nested(self._ml_shape)
         mv = memoryview(self).cast("B")
@@ -134,6 +141,7 @@ class Array:
         return mv.cast(code, self._ml_shape).tolist()
 
     def copy(self) -> "Array":
+        """A new Array with the same shape, dtype and bytes."""
         out = empty(self._ml_dtype, self._ml_shape)
         ctypes.memmove(ctypes.addressof(out), ctypes.addressof(self), self.nbytes)
         return out
@@ -154,6 +162,7 @@ class Array:
         return out
 
     def tobytes(self) -> bytes:
+        """The elements' bytes in C order."""
         return ctypes.string_at(ctypes.addressof(self), self.nbytes)
 
     def __len__(self) -> int:

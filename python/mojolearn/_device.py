@@ -52,6 +52,9 @@ def _check(name, what):
 
 
 def get_device() -> str:
+    """The device choice for later calls: 'auto', 'cpu' or 'gpu' (MOJOLEARN_DEVICE,
+    read on first use; 'auto' when unset), or what ``set_device`` chose.
+    """
     global _choice
     if _choice is None:
         raw = os.environ.get(ENV, "").strip()

@@ -22,7 +22,9 @@ from ._prepared import PreparedWeight
 __all__ = ["matmul", "matmul_bf16", "matmul_int8", "matmul_int15"]
 
 INT8_MAX_K = 131072  # rule L-7
+"""The largest k ``matmul_int8`` takes (rule L-7): int8i32.v1's sums stay exact in int32."""
 INT15_MAX_K = 65536  # rule W-4
+"""The largest k ``matmul_int15`` takes (rule W-4): int15i64.v1's sums stay exact in int64."""
 
 # conformance --sabotage only: perturbs the kernels so the checks can be seen failing.
 # A per-call argument of the kernels, read from the calling context: only the calls

@@ -133,10 +133,12 @@ class PreparedWeight:
 
     @property
     def nbytes(self) -> int:
+        """Bytes held by the packed panels (0 once released)."""
         return 0 if self._mem is None else 4 * self._floats
 
     @property
     def released(self) -> bool:
+        """True once ``release()`` has freed the panels; a released object is refused."""
         return self._mem is None
 
     def release(self) -> int:

@@ -50,6 +50,10 @@ for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__eq__", "_
     setattr(_Rows, _name, _reading(_name))
 
 MEASURED: dict = _Rows()
+"""This project's own measured speed rows, profile -> vendor -> row, read from the
+``make bench`` result files on first use (not at import). A vendor without a row
+has none: nothing is borrowed from another box or profile.
+"""
 
 
 def _results_dirs() -> list:

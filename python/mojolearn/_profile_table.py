@@ -6,16 +6,25 @@ and by the measured rows (_profile_measured); nothing here runs any code.
 from __future__ import annotations
 
 BASELINE = "fp32_v1"
+"""The profile every other is measured against, and the fallback of a call naming
+no profile where the process default does not reach: ``fp32_v1``.
+"""
 DEFAULT = "fp32_v1"
+"""The inference default before MOJOLEARN_NUMERIC_PROFILE or ``set_numeric_profile``."""
 TRAINING_DEFAULT = "fp32_v1"
+"""The profile training runs in when none is named (the only one that trains)."""
 
 # transformer: the CausalLM-style models; transformer_block: a bare block, also
 # the building block of the trainers.
 FAMILIES = ("transformer", "mamba1", "mamba2", "transformer_block")
+"""The model families a profile row may compute or be the default for."""
 
 ENV = "MOJOLEARN_NUMERIC_PROFILE"
+"""The environment variable that sets the process inference default."""
 STATE_KEY = "numeric_profile"
+"""The metadata key under which a non-baseline checkpoint records its profile."""
 USES = ("inference", "training")
+"""What a profile may be asked for: inference or training."""
 
 _GEMM_FP32 = "mojolearn.identical.gemm.fp32.v1"
 _GEMM_INT15 = "mojolearn.identical.gemm.int15i64.v1"
@@ -77,6 +86,10 @@ PROFILES = {
         ),
     },
 }
+"""The table: profile name -> its row (status, the GEMM profile of each product,
+inference / training, the families it computes and is the default for, quality,
+a note).
+"""
 
 REJECTED = {
     "int8_v1": (
@@ -91,3 +104,4 @@ REJECTED = {
         "enwik8"
     ),
 }
+"""Profiles measured and dropped: name -> why. Asking for one is refused with this reason."""

@@ -49,6 +49,10 @@ def _check(n, what):
 
 
 def get_num_threads() -> int:
+    """The task count the kernels use: MOJOLEARN_NUM_THREADS (1 to 1024, read on
+    first use), what ``set_num_threads`` set, or by default every core. A bad value
+    in the variable is refused with ValueError naming it. Never changes a bit.
+    """
     global _n
     if _n is None:
         raw = os.environ.get(ENV, "").strip()

@@ -99,6 +99,9 @@ from .lowbit import BF16Weight, Int8Weight, widen_bf16
 __all__ = ["save", "load", "Checkpoint", "EXPONENTS_SUFFIX"]
 
 EXPONENTS_SUFFIX = ".int8_exponents"
+"""Appended to an int8 tensor's name for its I32 tensor of per-row exponents;
+reserved: ``save`` refuses weight names ending in it.
+"""
 
 # mojolearn dtype -> (safetensors constructor name, header code)
 _ST_DTYPE = {

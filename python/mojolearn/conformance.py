@@ -61,6 +61,9 @@ GOLDEN_CANDIDATES = (
     HERE / "_golden" / "v1.json",
     HERE.parents[1] / "contracts" / "golden" / "v1.json",
 )
+"""Where ``load_golden`` looks: the copy installed with the package, then the
+repository's contracts/golden/v1.json.
+"""
 
 
 # ------------------------------------------------------------------ hashing
@@ -128,6 +131,7 @@ def matrix(seed: int, kind: str, rows: int, cols: int) -> _array.Array:
 
 
 def bf16_matrix(seed: int, kind: str, rows: int, cols: int) -> _array.Array:
+    """The fixture matrix ``matrix(seed, kind, rows, cols)`` as bf16 bits."""
     return linalg.to_bf16(matrix(seed, kind, rows, cols))
 
 
@@ -142,7 +146,9 @@ FIXTURES = {
     "decode_rows": ("standard", 3, 70, 1000),
     "large_k": ("standard", 2, 3, 131073),
 }
+"""Fixture name -> (kind, m, n, k) of the GEMM and converter lanes."""
 INT_LARGE_K = {"int8i32.v1": 131072, "int15i64.v1": 65536}
+"""The largest k of each integer profile, used by the large-k fixture."""
 
 
 def _transpose(x: _array.Array) -> _array.Array:
@@ -213,9 +219,12 @@ MODEL_CONFIG = dict(model_type="llama", vocab_size=53, hidden_size=64, intermedi
                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                     rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=32,
                     tie_word_embeddings=False, hidden_act="silu")
+"""The config of the tiny fixture model of the model lanes."""
 MODEL_LANES = (("fp32_v1", "float32"), ("fixed15_v1", "float32"), ("fp32_v1", "bfloat16"),
                ("fixed15_v1", "int8"))
+"""(numeric profile, weight format) of each model lane."""
 MODEL_IDS = ((3, 17, 52, 0, 9), (41, 41, 7, 30, 12))  # batch 2, length 5
+"""The token ids the model lanes run: batch 2, length 5."""
 
 
 def model_weights():
@@ -246,6 +255,9 @@ def model_weights():
 
 
 def model_logits(profile, fmt, ids=MODEL_IDS):
+    """The tiny fixture model (MODEL_CONFIG, seeded weights) run under ``profile`` with
+    weight format ``fmt`` on ``ids``; returns (model, logits).
+    """
     import numpy as np
     from .models import CausalLM
     from .models.config import ModelConfig
@@ -257,6 +269,9 @@ def model_logits(profile, fmt, ids=MODEL_IDS):
 
 
 def model_lanes():
+    """The model lanes: the tiny fixture model's logits under each (profile, weight
+    format) of MODEL_LANES (none without numpy, which the models need).
+    """
     try:
         import numpy  # noqa: F401  (mojolearn.models holds its weights in numpy arrays)
     except ImportError:
@@ -307,6 +322,9 @@ def _bits16(x: _array.Array) -> _array.Array:
 
 # ------------------------------------------------------------------ the run
 def load_golden(path=None) -> dict:
+    """The golden hashes: the file at ``path``, or the first of GOLDEN_CANDIDATES that
+    exists; FileNotFoundError naming where it looked otherwise.
+    """
     cands = [Path(path)] if path else list(GOLDEN_CANDIDATES)
     for p in cands:
         if p.exists():
@@ -319,6 +337,10 @@ def load_golden(path=None) -> dict:
 
 
 def run(golden: dict | None, quiet=False, sabotage=False, stream=sys.stdout):
+    """Run every lane (and the identity checks) on the build this process loads and
+    compare with ``golden`` (None: compute only). Returns (results: lane/fixture ->
+    hash, mismatches); prints a summary unless ``quiet``.
+    """
     from . import _gemm
 
     results, mismatches = {}, []
@@ -343,9 +365,12 @@ def run(golden: dict | None, quiet=False, sabotage=False, stream=sys.stdout):
 
 
 IDENTITY_THREADS = (1, 2, 3, 7)
+"""The thread counts the identity checks run each chosen lane under."""
 IDENTITY_LANES = ("fp32.v1/NN", "fp32.v1/NT", "bf16f32.v1/TN", "int8i32.v1", "int15i64.v1",
                   "convert/quantize_int15")
+"""The lanes the identity checks repeat."""
 IDENTITY_FIXTURES = ("standard", "odd_shapes", "decode_rows", "subnormal")
+"""The fixtures the identity checks repeat them on."""
 
 
 def _row(x: _array.Array, r: int) -> _array.Array:
@@ -404,6 +429,7 @@ def identity_checks(results: dict, quiet=False, stream=sys.stdout):
 
 
 def column(results: dict) -> dict:
+    """This box's column for ``--export``: vendor, box, build, versions and the hashes."""
     import importlib.metadata as md
 
     def ver(p):
@@ -423,6 +449,9 @@ def column(results: dict) -> dict:
 
 
 def diff(a_path, b_path, stream=sys.stdout) -> int:
+    """Compare two exported columns (``--export``); prints each lane that differs and
+    returns 1 if any does, else 0.
+    """
     with open(a_path) as f:
         a = json.load(f)
     with open(b_path) as f:
@@ -466,6 +495,7 @@ def every_isa(child_args) -> int:
 
 
 def main(argv=None) -> int:
+    """The command line (``python -m mojolearn conformance ...``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "diff":
         if len(argv) != 3:

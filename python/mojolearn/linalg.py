@@ -40,6 +40,7 @@ PROFILE_NAMES = {
     "matmul_int8": "mojolearn.identical.gemm.int8i32.v1",
     "matmul_int15": "mojolearn.identical.gemm.int15i64.v1",
 }
+"""Function name -> the GEMM profile it computes (always that one)."""
 
 
 def backend() -> str:

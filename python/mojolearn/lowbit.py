@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 FORMATS = ("float32", "bfloat16", "int8")
+"""The weight formats: 'float32' (no packing), 'bfloat16' and 'int8'."""
 
 _CONVERTERS = ("to_bf16", "from_bf16", "quantize_int8", "dequantize_int8")
 
@@ -163,10 +164,12 @@ class BF16Weight:
 
     @property
     def shape(self) -> tuple:
+        """(rows, cols) of the weight."""
         return self._shape
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the stored bits (2 per weight)."""
         return 2 * self._shape[0] * self._shape[1]
 
     def __repr__(self) -> str:
@@ -209,10 +212,12 @@ class Int8Weight:
 
     @property
     def shape(self) -> tuple:
+        """(rows, cols) of the weight."""
         return self._shape
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the codes plus the exponents (1 per weight, 4 per row)."""
         return self._shape[0] * self._shape[1] + 4 * self._shape[0]
 
     def __repr__(self) -> str:
@@ -389,6 +394,7 @@ def unpack(weights, what: str = "weights"):
 
 
 materialize = unpack
+"""The same function as ``unpack``: (dict of float32 Arrays, format)."""
 
 
 def __dir__():

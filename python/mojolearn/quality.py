@@ -34,9 +34,14 @@ CODE_FILES = ("argparse.py", "ast.py", "collections/__init__.py", "dataclasses.p
               "json/decoder.py", "logging/__init__.py", "pathlib.py", "pickle.py",
               "pydoc.py", "re/_parser.py", "shutil.py", "socket.py", "subprocess.py",
               "tarfile.py", "threading.py", "typing.py", "unittest/case.py", "zipfile.py")
+"""The standard-library modules (paths under the stdlib folder) whose text, joined in this
+order, makes the built-in 'code' text (its last 1 MB)."""
 
 
 def builtin_text(name: str) -> str:
+    """The built-in text ``name``: 'prose' (pydoc_data's topics) or 'code' (the last
+    1 MB of CODE_FILES from the standard library).
+    """
     lib = os.path.dirname(os.__file__)
     if name == "prose":
         from pydoc_data import topics
@@ -67,6 +72,9 @@ def _nll(logits, ids):
 
 def measure(model_path, profile, text, *, windows=32, window_tokens=512, bootstrap=2000,
             seed=0, progress=None):
+    """The quality measurement of ``profile`` on ``text`` against fp32_v1 (see the
+    module docstring); returns the result dict written to the JSON file.
+    """
     import numpy as np
 
     from .models import CausalLM, Tokenizer
@@ -109,6 +117,7 @@ def measure(model_path, profile, text, *, windows=32, window_tokens=512, bootstr
 
 
 def main(argv=None) -> int:
+    """The command line (``python -m mojolearn quality ...``); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m mojolearn quality")
     ap.add_argument("model")
     ap.add_argument("--profile", default="fixed15_v1")

@@ -92,11 +92,18 @@ __all__ = ["identical", "enable", "disable", "is_enabled", "COVERED", "REFUSED",
 
 COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::bmm",
            "aten::bmm.out", "aten::baddbmm", "aten::mv", "aten::dot")
+"""The aten products the mode computes on fp32.v1 (float32 CPU tensors; on CUDA too
+where ``gpu_covered()``).
+"""
 REFUSED = ("aten::addmv", "aten::addbmm", "aten::addr",
            "aten::_scaled_dot_product_flash_attention_for_cpu")
+"""Float32 aten products without a kernel here: refused by name while the mode is on."""
 ELEMENTWISE_COVERED = ("aten::silu", "aten::_softmax (last dim)",
                        "aten::_log_softmax (last dim)", "aten::mean.dim (last dim)",
                        "aten::rms_norm")
+"""The elementwise and reduction ops the mode runs on the contract's kernels
+(float32 CPU tensors; other dimensions and dtypes fall through).
+"""
 
 _lock = threading.RLock()
 _lib = None
@@ -475,6 +482,7 @@ _KERNELS = {
 
 
 def is_enabled() -> bool:
+    """True while the mode's kernels are registered (between ``enable()`` and ``disable()``)."""
     return _lib is not None
 
 

@@ -8,6 +8,7 @@ from .. import profiles as _profiles
 from . import _kernels as K
 
 WEIGHT_FORMATS = ("float32", "bfloat16", "int8")
+"""The weight formats a model stores its projections in: 'float32', 'bfloat16', 'int8'."""
 MAX_POSITIONS = 8192  # rule M-7: RoPE angles >= 8192 are refused
 
 

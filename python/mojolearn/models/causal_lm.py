@@ -157,6 +157,10 @@ class CausalLM:
 
     # ------------------------------------------------------------------ compute
     def allocate_state(self, batch_size, max_tokens):
+        """A new GenerationState (the KV cache) for ``batch_size`` sequences of up to
+        ``max_tokens`` tokens (at most max_positions), for ``forward(ids, state)`` and
+        ``step``; refused by a model of another shape or profile.
+        """
         for nm, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"mojolearn: allocate_state: {nm} must be a positive int, got {v!r}")

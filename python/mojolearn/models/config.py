@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 SUPPORTED = ("llama", "mistral", "qwen2")
+"""The ``model_type`` values the models compute."""
 MAX_ROPE_POSITIONS = 8192  # rule M-7: angles >= 8192 are refused
 MAX_HEAD_DIM = 1024
 
@@ -62,6 +63,10 @@ def _float(d, key, model_type, default=None):
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """The fields of a model's config.json that the computation reads (frozen).
+    Made by ``from_dict`` / ``from_file``, which refuse by name every field that
+    would change the computation and is not honoured.
+    """
     model_type: str
     vocab_size: int
     hidden_size: int
@@ -78,6 +83,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
+        """The config of a parsed config.json dict; refuses an unsupported model type or
+        field by name.
+        """
         if not isinstance(d, dict):
             raise TypeError(f"mojolearn: model config must be a dict, got {type(d).__name__}")
         mt = d.get("model_type")
@@ -157,6 +165,7 @@ class ModelConfig:
 
     @classmethod
     def from_file(cls, path) -> "ModelConfig":
+        """The config read from a config.json file (see ``from_dict``)."""
         try:
             with open(path, "r", encoding="utf-8") as f:
                 d = json.load(f)

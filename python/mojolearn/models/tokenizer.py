@@ -6,6 +6,10 @@ import os
 
 
 class Tokenizer:
+    """A model's tokenizer (the ``tokenizers`` package), from tokenizer.json or the
+    tokenizer stored in a .gguf file, with its BOS / EOS ids. Text in and out only:
+    no arithmetic of any profile.
+    """
     def __init__(self, tk, *, bos_token_id=None, eos_token_id=None, add_bos=False, source=""):
         self._tk = tk
         self.bos_token_id = bos_token_id
@@ -15,6 +19,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of tokens, added tokens included."""
         return self._tk.get_vocab_size(with_added_tokens=True)
 
     @classmethod
@@ -75,6 +80,7 @@ class Tokenizer:
                    add_bos=bool(field("tokenizer.ggml.add_bos_token", False)), source=path)
 
     def encode(self, text: str) -> list:
+        """Token ids of ``text`` (a str), with the BOS id first where the tokenizer adds it."""
         if not isinstance(text, str):
             raise TypeError(f"mojolearn: Tokenizer.encode: text must be a str, got {type(text).__name__}")
         ids = self._tk.encode(text, add_special_tokens=False).ids
@@ -83,6 +89,7 @@ class Tokenizer:
         return ids
 
     def decode(self, ids) -> str:
+        """The text of token ids, special tokens kept."""
         return self._tk.decode(list(ids), skip_special_tokens=False)
 
     def check_model(self, model):
