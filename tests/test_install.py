@@ -13,6 +13,7 @@ SMOKE = r"""
 import array, sys
 import mojolearn
 from mojolearn import linalg
+import mojolearn.models
 assert "site-packages" in mojolearn.__file__, mojolearn.__file__
 a = array.array("f", [1.0, 2.0, 3.0, 4.0])
 m = memoryview(a).cast("B").cast("f", (2, 2))
@@ -41,6 +42,20 @@ def test_wheel_carries_the_native_stubs(monkeypatch):
     stubs = {p.name for p in api.stub_paths()}
     assert stubs == {p.name for p in (ROOT / "python" / "mojolearn").glob("*.pyi")}
     assert stubs <= shipped, f"stubs left out of the wheel: {sorted(stubs - shipped)}"
+
+
+def test_wheel_carries_every_subpackage(monkeypatch):
+    """Packaging: every Python package under python/mojolearn (the models among them)
+    is declared, so the wheel is not missing mojolearn.models."""
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    monkeypatch.chdir(ROOT)
+    dist = Distribution()
+    apply_configuration(dist, ROOT / "pyproject.toml")
+    found = {".".join(p.parent.relative_to(ROOT / "python").parts)
+             for p in (ROOT / "python" / "mojolearn").rglob("__init__.py")}
+    assert found <= set(dist.packages), f"left out of the wheel: {sorted(found - set(dist.packages))}"
 
 
 @pytest.mark.slow
