@@ -200,8 +200,9 @@ def dequantize_int15(args: PythonObject) raises -> PythonObject:
 
 # ---------------------------------------------------------------- GEMMs
 def gemm_f32(args: PythonObject) raises -> PythonObject:
-    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, tasks, sabotage,
-    workspace address, workspace bytes). Returns 0 (no host workspace needed)."""
+    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, mode, tasks,
+    sabotage, workspace address, workspace bytes). Returns 0 (no host workspace needed).
+    Every numeric mode runs the identical kernels on the GPU in this version."""
     var a = _arg(args, 0)
     var b = _arg(args, 1)
     var cc = _arg(args, 2)
@@ -212,7 +213,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     var tb = _arg(args, 7) != 0
     var abf = _arg(args, 8) != 0
     var bbf = _arg(args, 9) != 0
-    var sabotage = _arg(args, 11) != 0
+    var sabotage = _arg(args, 12) != 0
     ref c = Python().cpython()
     var st = c.PyEval_SaveThread()
     var err = String()

@@ -283,13 +283,14 @@ def dequantize_int15(hi, lo, exps):
 # fp32.v1 GEMM
 # ---------------------------------------------------------------------------
 
-def _leaf_partials(a, b):
-    """Leaf results for every output: float32 array (m, n, nleaves)."""
+def _leaf_partials(a, b, leaf=None):
+    """Leaf results for every output: float32 array (m, n, nleaves). leaf: another
+    leaf size than rule 2's (the looser numeric modes' order), else leaf_size(k)."""
     m, k = a.shape
     n = b.shape[1]
-    L = leaf_size(k)
+    L = leaf_size(k) if leaf is None else leaf
     nleaves = -(-k // L)
-    assert nleaves <= 1024
+    assert leaf is not None or nleaves <= 1024
     padded = nleaves * L
     # Lay the k axis out as (leaf, position in leaf); padding is masked below
     # (padding with zeros would turn an accumulated -0.0 into +0.0).
@@ -322,6 +323,16 @@ def _tree_combine(parts):
                 sums = np.concatenate([sums, level[..., cnt - 1:cnt]], axis=-1)
             level = sums
     return level[..., 0]
+
+
+def gemm_fp32_leaves(a, b, leaf):
+    """fp32.v1's arithmetic with leaves of ``leaf`` k-steps instead of rule 2's (what
+    numeric_mode deterministic / fast compute on the CPU: not a contract, a fixed
+    order): the same chains, flushes and tree."""
+    a = _require_f32(a, "a")
+    b = _require_f32(b, "b")
+    _check_fp_environment()
+    return _tree_combine(_leaf_partials(daz(a), daz(b), leaf)).astype(np.float32)
 
 
 def gemm_fp32_v1(a, b):

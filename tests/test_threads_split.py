@@ -27,7 +27,7 @@ CHILD = textwrap.dedent("""
     mojolearn.set_num_threads(int(sys.argv[2]))
     mod = cpu_native()
     seen = {}
-    for name, at in (("gemm_f32", 10), ("gemm_f32_packed", 10), ("gemm_int8", 8),
+    for name, at in (("gemm_f32", 11), ("gemm_f32_packed", 11), ("gemm_int8", 8),
                      ("gemm_int15", 10)):
         real = getattr(mod, name)
         def spy(args, real=real, name=name, at=at):

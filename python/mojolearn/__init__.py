@@ -6,7 +6,8 @@
     q = linalg.quantize_int15(w)       # 15-bit codes + a power-of-two exponent per row
     y = linalg.matmul_int15(x, q)      # int15i64.v1: exact integer sums
 
-Modules: linalg (kernels), profiles (the numeric-profile table), lowbit (weight
+Modules: linalg (kernels), profiles (the numeric-profile table), modes (the
+numeric_mode switch: identical, deterministic, fast), lowbit (weight
 storage), checkpoint (safetensors files), torch (torch's products under fp32.v1).
 The contracts live in contracts/.
 mojolearn.cpu_isa() names the CPU build serving the kernels ('amx', 'v4', 'v3'):
@@ -16,7 +17,8 @@ from ._array import Array
 from ._cpu import cpu_isa
 from ._device import get_device, set_device, vendor
 from ._threads import get_num_threads, set_num_threads
-from . import linalg, profiles
+from . import linalg, modes, profiles
+from .modes import numeric_mode, set_numeric_mode
 from .profiles import (
     NumericProfileSpeedWarning,
     numeric_profile,
@@ -41,7 +43,8 @@ def __getattr__(name):
 __all__ = [
     "Array", "cpu_isa", "vendor", "get_device", "set_device", "get_num_threads", "set_num_threads", "linalg", "profiles",
     "lowbit", "checkpoint", "torch", "NumericProfileSpeedWarning", "numeric_profile",
-    "set_numeric_profile", "numeric_profiles", "numeric_profile_measured",
+    "set_numeric_profile", "numeric_profiles", "numeric_profile_measured", "modes",
+    "numeric_mode", "set_numeric_mode",
 ]
 
 

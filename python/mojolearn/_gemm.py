@@ -33,6 +33,14 @@ INT15_MAX_K = 65536  # rule W-4
 _sabotage = contextvars.ContextVar("mojolearn_sabotage", default=0)
 
 
+
+def _mode_code() -> int:
+    """The kernels' mode argument for a linalg product: the process's numeric mode at
+    the time of the call (mojolearn.modes)."""
+    from . import modes
+
+    return modes.kernel_code(modes.numeric_mode())
+
 def sabotage_arg() -> int:
     """The kernels' sabotage argument for a call made now, in this context: 0 or 1."""
     return _sabotage.get()
@@ -238,8 +246,8 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extr
     wa, wn = _ws()
     need = native().gemm_f32((
         ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
-        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), gemm_tasks("fp32", m, n, k),
-        sabotage_arg(), wa, wn,
+        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), _mode_code(),
+        gemm_tasks("fp32", m, n, k), sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _ws_fit(need)
@@ -365,7 +373,7 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
         wa, wn = _ws()
         need = native().gemm_f32((
             pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b), a16, b16,
-            gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn,
+            _mode_code(), gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn,
         ))
         if need > wn:
             _ws_fit(need)
@@ -467,7 +475,8 @@ def _run_prepared(func, a, p, transpose_a, transpose_b, out, a_dtypes):
         wa, wn = _ws()
         bp, bfmt, bsc = p._kernel_args()
         need = nat.gemm_f32_packed((pa_, bp, pc_, rows, n, k, int(transpose_a), a16, bfmt, bsc,
-                                    gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn))
+                                    _mode_code(), gemm_tasks("fp32", rows, n, k), sabotage_arg(),
+                                    wa, wn))
         if need > wn:
             _ws_fit(need)
     return res

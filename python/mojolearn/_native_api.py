@@ -44,8 +44,9 @@ ENTRIES = (
     Entry("dequantize_int8", ("codes_i8", "exps_i32", "dst_f32", "m", "k", "tasks"), "both"),
     Entry("dequantize_int15", ("hi_i8", "lo_i8", "exps_i32", "dst_f32", "m", "k", "tasks"), "both"),
     # GEMMs: return the workspace bytes the call needed (0 on the GPU)
-    Entry("gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16", "b_bf16")
-          + _GEMM_TAIL, "both", "int", "fp32.v1 / bf16f32.v1"),
+    Entry("gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16", "b_bf16",
+                       "mode") + _GEMM_TAIL, "both", "int",
+          "fp32.v1 / bf16f32.v1 (mode: the numeric mode, 0 identical 1 deterministic 2 fast)"),
     Entry("gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k")
           + _GEMM_TAIL, "both", "int", "int8i32.v1"),
     Entry("gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k")
@@ -54,7 +55,7 @@ ENTRIES = (
     Entry("gemm_f32_pack", ("b", "dst", "n", "k", "trans_b", "b_bf16", "tasks"), "cpu",
           doc="pack B for gemm_f32_packed: ceil(n / NR) * NR * k float32"),
     Entry("gemm_f32_packed", ("a", "b_packed", "c", "m", "n", "k", "trans_a", "a_bf16", "b_fmt",
-                              "b_scales") + _GEMM_TAIL, "cpu", "int",
+                              "b_scales", "mode") + _GEMM_TAIL, "cpu", "int",
           "fp32.v1 / bf16f32.v1, B prepared (b_fmt 0 float32, 1 bf16, 2 int8 panels)"),
     Entry("gemm_f32_pack_lowbit", ("b", "exps", "dst", "scales", "n", "k", "trans_b", "fmt",
                                    "tasks"), "cpu",

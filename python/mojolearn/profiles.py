@@ -153,6 +153,14 @@ def _check_name(name, what: str) -> str:
             f"mojolearn: {what}={key!r} is a rejected numeric profile and is not "
             f"offered: {REJECTED[key]}. Registered names: {_registered()}"
         )
+    from .modes import MODES
+
+    if key in MODES:
+        raise ValueError(
+            f"mojolearn: {what}={key!r} names a numeric mode (the promise: "
+            f"{', '.join(MODES)}), not a numeric profile (the number format); pass it as "
+            f"numeric_mode={key!r}. Registered profiles: {_registered()}"
+        )
     raise ValueError(
         f"mojolearn: {what}={key!r} is not a registered numeric profile (every "
         f"name carries its version; there are no unversioned aliases). "

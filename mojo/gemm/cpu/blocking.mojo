@@ -52,6 +52,9 @@ comptime NCS = 512
 # two steps gave 0.90-0.94x, eight the same as four. AVX-512 builds: 1, as measured
 # before (not re-measured: this was tuned on an AVX2-only CPU)
 comptime KU = 4 if W == 8 else 1
+# numeric_mode deterministic / fast: leaves of at least FAST_KC k-steps (not fp32.v1's
+# order: fewer tree merges per output; see fp32_v1.mode_leaf)
+comptime FAST_KC = 512
 comptime PACK_B_BYTES = 16 * 1024 * 1024
 comptime PANEL_OUTER_A_BYTES = 2 * 1024 * 1024
 # rows_f32 (decode shapes)
@@ -103,6 +106,7 @@ def block_table() -> List[Tuple[String, Int]]:
     t.append(("MC", MC))
     t.append(("NCS", NCS))
     t.append(("KU", KU))
+    t.append(("FAST_KC", FAST_KC))
     t.append(("PACK_B_BYTES", PACK_B_BYTES))
     t.append(("PANEL_OUTER_A_BYTES", PANEL_OUTER_A_BYTES))
     t.append(("ROWS_MAX", ROWS_MAX))

@@ -6,7 +6,7 @@ from std.python.bindings import PythonModuleBuilder
 from common.ptr import F32Ptr
 from common.tasks import chunk_bounds, run_tasks, nothing
 from gemm.cpu.blocking import MR, NR, MC, round_up
-from arith.tree import leaf_count, tree_add
+from arith.tree import tree_add
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
 from gemm.cpu.int_gemm import with_e32, IntArgs, int_block, int_ws, vnni_packed_words, vnni_pack_all
 from gemm.cpu.int_rows import INT_ROWS_MAX, a_codes, int_rows
@@ -17,7 +17,7 @@ from gemm.cpu.pack_int import IMR, INR
 from common.ptr import U32Ptr
 from common.workspace import ws_take, ws_request
 from std.memory.alloc import unsafe_alloc
-from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws
+from gemm.cpu.fp32_v1 import GemmArgs, mode_leaf, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -25,16 +25,17 @@ def _arg(args: PythonObject, i: Int) raises -> Int:
 
 
 def gemm_f32(args: PythonObject) raises -> PythonObject:
-    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, tasks, sabotage,
-    workspace address, workspace bytes). Returns the workspace bytes this call
+    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, mode, tasks,
+    sabotage, workspace address, workspace bytes). mode: the numeric mode (0 identical:
+    fp32.v1; 1 deterministic, 2 fast: fp32_v1.mode_leaf's leaves). Returns the workspace bytes this call
     needed: the caller keeps a buffer that large for the next call (a workspace
     that is too small is replaced by a temporary one)."""
     var g = GemmArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6) != 0, _arg(args, 7) != 0, _arg(args, 8) != 0,
-        _arg(args, 9) != 0, _arg(args, 11) != 0,
+        _arg(args, 9) != 0, _arg(args, 12) != 0, mode_leaf(_arg(args, 10), _arg(args, 5)),
     )
-    var tasks = max(1, _arg(args, 10))
+    var tasks = max(1, _arg(args, 11))
     if g.k == 0:
         def zero(t: Int) {imm g}:
             var cz = F32Ptr(unsafe_from_address=g.c)
@@ -43,8 +44,8 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
 
         run_tasks(zero, 1)
         return PythonObject(0)
-    var ws_addr = _arg(args, 12)
-    var ws_bytes = _arg(args, 13)
+    var ws_addr = _arg(args, 13)
+    var ws_bytes = _arg(args, 14)
     var m = g.m
     var n = g.n
     # split the columns when there are enough NR panels, else the rows
@@ -63,7 +64,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         rows = chunk_bounds(m, t_count, 0, MR)[1]
     var per_task = f32_small_ws(g, rows, cols) if small_m else f32_block_ws(g, rows, cols)
     var kparts = 1
-    var nleaves = leaf_count(g.k)
+    var nleaves = g.nleaves()
     var psplit = split_point(nleaves)
     if rows_path:
         # decode shapes: split the leaf tree at its root between two tasks so each

@@ -18,7 +18,7 @@ only, bounded by PACK_B_BYTES.
 """
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, PANEL_OUTER_A_BYTES, round_up
+from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, PANEL_OUTER_A_BYTES, FAST_KC, round_up
 from arith.tree import leaf_size, leaf_count, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
@@ -39,6 +39,21 @@ struct GemmArgs(ImplicitlyCopyable, Movable):
     var a_bf16: Bool
     var b_bf16: Bool
     var sabotage: Bool
+    var leaf: Int  # k-steps a leaf chain: the contract's leaf_size(k), or mode_leaf's
+
+    @always_inline
+    def nleaves(self) -> Int:
+        """Leaves over k at this call's leaf size."""
+        return (self.k + self.leaf - 1) // self.leaf
+
+
+def mode_leaf(mode: Int, k: Int) -> Int:
+    """The leaf a call runs: rule 6.2's leaf_size(k) under numeric_mode identical (0);
+    under deterministic (1) and fast (2) leaves of at least FAST_KC k-steps (a fixed
+    order chosen for this build: fewer tree merges), folded by the same tree."""
+    if mode == 0:
+        return leaf_size(k)
+    return max(leaf_size(k), FAST_KC)
 
 
 def nc_for(k: Int, ncols: Int) -> Int:
@@ -77,8 +92,8 @@ def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
                  a_once: Bool = False) -> Int:
     """Workspace floats f32_block needs for a block of i_rows x j_cols (no packed B
     chunk when B comes prepared; A over all of k when a_once)."""
-    var L = leaf_size(g.k)
-    var nleaves = leaf_count(g.k)
+    var L = g.leaf
+    var nleaves = g.nleaves()
     var nc_max = nc_for(g.k, j_cols)
     var mc_pad = round_up(min(MC, i_rows), MR)
     var slot_cols = NR if panel_outer(g.k, i_rows) else nc_max
@@ -105,8 +120,8 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var cptr = F32Ptr(unsafe_from_address=g.c)
     var lda = m if g.trans_a else k
     var ldb = k if g.trans_b else n
-    var L = leaf_size(k)
-    var nleaves = leaf_count(k)
+    var L = g.leaf
+    var nleaves = g.nleaves()
     var levels = bit_length(nleaves)
     var nc_max = nc_for(k, j_hi - j_lo)
     var mc_pad = round_up(min(MC, i_hi - i_lo), MR)
@@ -202,8 +217,8 @@ def _tile_leaf(g: GemmArgs, ap: F32Ptr, bp: F32Ptr, lk: Int, p: Int, nleaves: In
 
 def f32_small_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
     """Workspace floats f32_block_small_m needs for a block of i_rows x j_cols."""
-    var L = leaf_size(g.k)
-    var nleaves = leaf_count(g.k)
+    var L = g.leaf
+    var nleaves = g.nleaves()
     var mpan = (i_rows + MR - 1) // MR
     var ncs = min(NCS, round_up(j_cols, NR))
     var slots = mpan * MR * ncs * max(bit_length(nleaves), 1)
@@ -222,8 +237,8 @@ def f32_block_small_m(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, w
     var cptr = F32Ptr(unsafe_from_address=g.c)
     var lda = g.m if g.trans_a else k
     var ldb = k if g.trans_b else n
-    var L = leaf_size(k)
-    var nleaves = leaf_count(k)
+    var L = g.leaf
+    var nleaves = g.nleaves()
     var levels = bit_length(nleaves)
     var mc = i_hi - i_lo
     var mpan = (mc + MR - 1) // MR

@@ -24,7 +24,7 @@ from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes, load_w, widen_panels,
                                   pack_bf16_panels, pack_i8_panels)
 from common.ptr import I8Ptr, U16Ptr
-from gemm.cpu.fp32_v1 import GemmArgs, f32_block, f32_block_ws, a_once_fits
+from gemm.cpu.fp32_v1 import GemmArgs, mode_leaf, f32_block, f32_block_ws, a_once_fits
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
@@ -62,7 +62,7 @@ def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
 def small_prepared_ws(g: GemmArgs, i_rows: Int, bfmt: Int = PANELS_F32) -> Int:
     """Workspace floats f32_small_prepared needs: A packed over all of k, and the tree
     slots of one column panel (and one widened float32 panel for a low-bit format)."""
-    var nleaves = leaf_count(g.k)
+    var nleaves = g.nleaves()
     var mpan = (i_rows + MR - 1) // MR
     var wpanel = 0 if bfmt == PANELS_F32 else round_up(NR * g.k, 16)
     return round_up(mpan * MR * g.k, 16) + round_up(mpan * MR * NR * max(bit_length(nleaves), 1), 16) + wpanel
@@ -82,8 +82,8 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
         return
     var cptr = F32Ptr(unsafe_from_address=g.c)
     var lda = g.m if g.trans_a else k
-    var L = leaf_size(k)
-    var nleaves = leaf_count(k)
+    var L = g.leaf
+    var nleaves = g.nleaves()
     var levels = bit_length(nleaves)
     var mc = i_hi - i_lo
     var mpan = (mc + MR - 1) // MR
@@ -143,7 +143,7 @@ comptime RSLOT = RACC * W  # floats of one tree level
 def rows_prepared_ws(g: GemmArgs) -> Int:
     """Workspace floats f32_rows_prepared needs: A packed over all of k, and one tree
     slot per level for RP panels of ROWS_MAX rows."""
-    var nleaves = leaf_count(g.k)
+    var nleaves = g.nleaves()
     return round_up(MR * g.k, 16) + RSLOT * max(bit_length(nleaves), 1)
 
 
@@ -228,8 +228,8 @@ def f32_rows_prepared[R: Int, P: Int, FMT: Int = PANELS_F32](g: GemmArgs, j_lo: 
         return
     var cptr = F32Ptr(unsafe_from_address=g.c)
     var lda = g.m if g.trans_a else k
-    var L = leaf_size(k)
-    var nleaves = leaf_count(k)
+    var L = g.leaf
+    var nleaves = g.nleaves()
     var levels = bit_length(nleaves)
     var apack = ws
     var slots = ws.unsafe_offset(round_up(MR * k, 16))
@@ -320,18 +320,19 @@ def gemm_f32_pack_lowbit(args: PythonObject) raises -> PythonObject:
 
 
 def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
-    """Arguments: (a, b_packed, c, m, n, k, trans_a, a_bf16, b_fmt, b_scales, tasks,
-    sabotage, workspace address, workspace bytes). b_fmt: the panels' format (0 float32,
+    """Arguments: (a, b_packed, c, m, n, k, trans_a, a_bf16, b_fmt, b_scales, mode, tasks,
+    sabotage, workspace address, workspace bytes). mode as gemm_f32's. b_fmt: the panels' format (0 float32,
     1 bf16 bits, 2 int8 codes with b_scales, a float32 pow2f per column). Returns the
     workspace bytes this call needed."""
     var bpre = _arg(args, 1)
     var g = GemmArgs(
         _arg(args, 0), bpre, _arg(args, 2), _arg(args, 3), _arg(args, 4), _arg(args, 5),
-        _arg(args, 6) != 0, False, _arg(args, 7) != 0, False, _arg(args, 11) != 0,
+        _arg(args, 6) != 0, False, _arg(args, 7) != 0, False, _arg(args, 12) != 0,
+        mode_leaf(_arg(args, 10), _arg(args, 5)),
     )
     var bfmt = _arg(args, 8)
     var bscales = _arg(args, 9)
-    var tasks = max(1, _arg(args, 10))
+    var tasks = max(1, _arg(args, 11))
     var m = g.m
     if g.k == 0:
         def zero(t: Int) {imm g}:
@@ -341,8 +342,8 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
 
         run_tasks(zero, 1)
         return PythonObject(0)
-    var ws_addr = _arg(args, 12)
-    var ws_bytes = _arg(args, 13)
+    var ws_addr = _arg(args, 13)
+    var ws_bytes = _arg(args, 14)
     var n = g.n
     var npan = (n + NR - 1) // NR
     var mpan = (m + MR - 1) // MR

@@ -21,8 +21,8 @@ from std.sys.intrinsics import prefetch
 
 
 def rows_ws(g: GemmArgs, cols: Int) -> Int:
-    var L = leaf_size(g.k)
-    var nleaves = leaf_count(g.k)
+    var L = g.leaf
+    var nleaves = g.nleaves()
     var per = round_up(cols, 16) * ROWS_MAX
     return per * (1 + max(bit_length(nleaves), 1)) + TCHUNK * L
 
@@ -169,7 +169,7 @@ def f32_rows(
     if rows <= 0 or nc <= 0:
         return
     var k = g.k
-    var L = leaf_size(k)
+    var L = g.leaf
     var nleaves = p_hi - p_lo
     var levels = max(bit_length(nleaves), 1)
     var stride = round_up(nc, 16)

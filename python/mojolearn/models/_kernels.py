@@ -29,15 +29,16 @@ def f32_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", float(x)))[0]
 
 
-def gemm_nt(x, ldx_rows: int, w, out, *, w_bf16: bool = False):
-    """out (m, n) = x (m, k) @ w.T under fp32.v1; w (n, k) float32 or bf16 bits."""
+def gemm_nt(x, ldx_rows: int, w, out, *, w_bf16: bool = False, mode: int = 0):
+    """out (m, n) = x (m, k) @ w.T under fp32.v1 (mode: the numeric mode's kernel code,
+    0 identical); w (n, k) float32 or bf16 bits."""
     m, k = ldx_rows, x.shape[-1]
     n = w.shape[0]
     if m == 0 or n == 0:
         return out
     wa, wn = _gemm._ws()
     need = native().gemm_f32((
-        _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), gemm_tasks("fp32", m, n, k),
+        _a(x), _a(w), _a(out), m, n, k, 0, 1, 0, int(w_bf16), mode, gemm_tasks("fp32", m, n, k),
         _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
@@ -53,7 +54,7 @@ def prepare_nt(w):
     return _prepared.prepare(w, transpose_b=True)
 
 
-def gemm_prepared(x, ldx_rows: int, p, out):
+def gemm_prepared(x, ldx_rows: int, p, out, mode: int = 0):
     """out (m, n) = x (m, k) @ w.T under fp32.v1, w prepared by prepare_nt (the bits of
     gemm_nt on the raw w). The model made p in this process for this build."""
     m, k, n = ldx_rows, p.k, p.n
@@ -62,8 +63,8 @@ def gemm_prepared(x, ldx_rows: int, p, out):
     wa, wn = _gemm._ws()
     bp, bfmt, bsc = p._kernel_args()
     need = native().gemm_f32_packed((
-        _a(x), bp, _a(out), m, n, k, 0, 0, bfmt, bsc, gemm_tasks("fp32", m, n, k), _gemm.sabotage_arg(),
-        wa, wn,
+        _a(x), bp, _a(out), m, n, k, 0, 0, bfmt, bsc, mode, gemm_tasks("fp32", m, n, k),
+        _gemm.sabotage_arg(), wa, wn,
     ))
     if need > wn:
         _gemm._ws_fit(need)

@@ -1,0 +1,203 @@
+"""numeric_mode (mojolearn.modes): the promise, independent of the profile.
+
+identical stays the contracts' bits exactly; deterministic and fast run the CPU's
+fp32.v1 / bf16f32.v1 kernels with leaves of max(leaf_size(k), FAST_KC) k-steps (the
+same chains, flushes and tree: tests/oracle.gemm_fp32_leaves), and the integer profiles
+(exact sums) give the identical bits under every mode. Names are refused by name,
+profiles given as modes and modes given as profiles included.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mojolearn
+from mojolearn import linalg, lowbit, modes, profiles
+from mojolearn._native_loader import blocking
+from tests import oracle as O
+from tests.bits import assert_same_bits
+
+ROOT = Path(__file__).resolve().parents[1]
+F32 = np.float32
+B = blocking()
+FAST_KC, MC, ROWS_MAX = B["FAST_KC"], B["MC"], B["ROWS_MAX"]
+
+
+@pytest.fixture
+def mode():
+    old = mojolearn.numeric_mode()
+
+    def use(m):
+        mojolearn.set_numeric_mode(m)
+    yield use
+    mojolearn.set_numeric_mode(old)
+
+
+def rnd(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape).astype(F32)
+
+
+def fast_oracle(a, w_nk):
+    k = a.shape[1]
+    with np.errstate(all="ignore"):
+        return O.gemm_fp32_leaves(a, np.ascontiguousarray(w_nk.T), max(O.leaf_size(k), FAST_KC))
+
+
+# ---------------------------------------------------------------- the switch
+
+
+def test_default_set_returns_previous_and_refusals(mode):
+    assert modes.MODES == ("identical", "deterministic", "fast")
+    assert mojolearn.numeric_mode() == "identical" or os.environ.get(modes.ENV)
+    mode("identical")
+    assert mojolearn.set_numeric_mode(" fast ") == "identical"
+    assert mojolearn.numeric_mode() == "fast"
+    assert mojolearn.set_numeric_mode("deterministic") == "fast"
+    with pytest.raises(ValueError, match="not a numeric mode; the modes are identical, "
+                                         "deterministic, fast"):
+        mojolearn.set_numeric_mode("fastest")
+    with pytest.raises(ValueError, match="names a numeric profile .* numeric_profile='fp32_v1'"):
+        mojolearn.set_numeric_mode("fp32_v1")
+    with pytest.raises(ValueError, match="names a numeric profile"):
+        modes.resolve("int8_v1")  # a rejected profile is still a profile name
+    with pytest.raises(TypeError, match="must be a str naming a numeric mode"):
+        mojolearn.set_numeric_mode(2)
+    with pytest.raises(ValueError, match="names a numeric mode .* numeric_mode='fast'"):
+        mojolearn.set_numeric_profile("fast")
+    with pytest.raises(ValueError, match="names a numeric mode"):
+        profiles.resolve("identical")
+    assert mojolearn.numeric_mode() == "deterministic"  # refusals changed nothing
+
+
+def test_modes_and_profiles_are_independent(mode):
+    """Setting one never changes the other; every mode takes every profile."""
+    p0 = mojolearn.numeric_profile()
+    for m in modes.MODES:
+        mode(m)
+        assert mojolearn.numeric_profile() == p0
+        for p in profiles.PROFILES:
+            assert profiles.resolve(p) == p
+    old = mojolearn.set_numeric_profile("fixed15_v1")
+    try:
+        assert mojolearn.numeric_mode() == "fast"
+    finally:
+        mojolearn.set_numeric_profile(old)
+
+
+def test_environment_variable(tmp_path):
+    code = "import mojolearn; print(mojolearn.numeric_mode())"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    for val, want in (("fast", "fast"), ("", "identical"), (" deterministic", "deterministic")):
+        env[modes.ENV] = val
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and r.stdout.strip() == want, r.stderr
+    env[modes.ENV] = "fp32_v1"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "MOJOLEARN_NUMERIC_MODE='fp32_v1' names a numeric profile" in r.stderr
+
+
+def test_resume_rules():
+    modes.check_resume("identical", "fast")
+    modes.check_resume("deterministic", "fast")
+    modes.check_resume("fast", "fast")
+    for saved, now in (("fast", "identical"), ("deterministic", "identical"),
+                       ("fast", "deterministic")):
+        with pytest.raises(ValueError, match=f"produced under numeric_mode='{saved}'"):
+            modes.check_resume(saved, now)
+
+
+# ---------------------------------------------------------------- what the modes compute
+
+
+SHAPES = [(1, 513, 9), (3, 1500, 40), (7, 1025, 33), (MC + 2, 2049, 20), (5, 300, 17)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_looser_modes_run_longer_leaves(m, k, n, mode):
+    """deterministic / fast: fp32.v1's chains and tree over leaves of
+    max(leaf_size(k), FAST_KC), on every path (decode rows, few rows, blocked; raw and
+    prepared float32 / bf16 / int8 panels); identical is unchanged."""
+    a, w = rnd(m + k, m, k), rnd(n + k, n, k)
+    a[0, :3] = (np.float32(1e-39), -0.0, np.float32(3e38))
+    ident = O.gemm_fp32_v1_nt(a, w)
+    want = fast_oracle(a, w)
+    bits = np.asarray(linalg.to_bf16(w))
+    codes, e = linalg.quantize_int8(w)
+    w8 = np.asarray(linalg.dequantize_int8(codes, e))
+    p32 = linalg.prepare(w, transpose_b=True)
+    pb = linalg.prepare(bits, transpose_b=True)
+    p8 = linalg.prepare(lowbit.Int8Weight(codes, e), transpose_b=True)
+    for md in modes.MODES:
+        mode(md)
+        exp = ident if md == "identical" else want
+        assert_same_bits(linalg.matmul(a, w, transpose_b=True), exp, f"{md} raw")
+        assert_same_bits(linalg.matmul(a, np.ascontiguousarray(w.T)), exp, f"{md} NN")
+        assert_same_bits(linalg.matmul(a, p32, transpose_b=True), exp, f"{md} prepared")
+        wb = O.from_bf16(bits)
+        expb = O.gemm_fp32_v1_nt(a, wb) if md == "identical" else fast_oracle(a, wb)
+        assert_same_bits(linalg.matmul_bf16(a, pb, transpose_b=True), expb, f"{md} bf16 panels")
+        exp8 = O.gemm_fp32_v1_nt(a, w8) if md == "identical" else fast_oracle(a, w8)
+        assert_same_bits(linalg.matmul(a, p8, transpose_b=True), exp8, f"{md} int8 panels")
+
+
+def test_short_k_and_integer_profiles_are_identical_in_every_mode(mode):
+    """Where nothing differs the looser modes give the identical bits: k within one
+    FAST_KC leaf and the same leaf count, and the integer profiles (exact sums)."""
+    a, w = rnd(1, 9, 128), rnd(2, 30, 128)
+    qa, qw = linalg.quantize_int8(a), linalg.quantize_int8(w)
+    ha, hw = linalg.quantize_int15(rnd(3, 9, 2000)), linalg.quantize_int15(rnd(4, 30, 2000))
+    mode("identical")
+    ref = [np.asarray(x) for x in (linalg.matmul(a, w, transpose_b=True),
+                                   linalg.matmul_int8(qa, qw), linalg.matmul_int15(ha, hw))]
+    for md in ("deterministic", "fast"):
+        mode(md)
+        got = [linalg.matmul(a, w, transpose_b=True), linalg.matmul_int8(qa, qw),
+               linalg.matmul_int15(ha, hw)]
+        for g, r in zip(got, ref):
+            assert_same_bits(g, r, md)
+
+
+CHILD = textwrap.dedent("""
+    import hashlib, sys
+    import numpy as np
+    import mojolearn
+    from mojolearn import linalg
+    mojolearn.set_numeric_mode(sys.argv[1])
+    mojolearn.set_num_threads(int(sys.argv[2]))
+    rng = np.random.default_rng(9)
+    h = hashlib.sha256()
+    for m, k, n in ((1, 3000, 70), (4, 1500, 300), (50, 2049, 90), (300, 1200, 40)):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k)).astype(np.float32)
+        h.update(np.asarray(linalg.matmul(a, b, transpose_b=True)).tobytes())
+    print(h.hexdigest())
+""")
+
+
+@pytest.mark.parametrize("md", ["deterministic", "fast"])
+def test_deterministic_in_two_processes(md):
+    """deterministic: the same bits in two processes at the same thread count (the CPU's
+    fast kernels are fixed orders, so fast gives them too on this backend)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    outs = set()
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", CHILD, md, "2"], capture_output=True,
+                           text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.add(r.stdout.strip())
+    assert len(outs) == 1
+
+
+def test_backends_table_names_every_mode():
+    """The table the README reads: every backend says what each mode runs."""
+    for backend, row in modes.BACKENDS.items():
+        assert set(row) == set(modes.MODES), backend
+        assert all(isinstance(v, str) and v for v in row.values())
+    assert json.loads(json.dumps(modes.BACKENDS)) == modes.BACKENDS
