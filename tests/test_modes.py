@@ -201,3 +201,46 @@ def test_backends_table_names_every_mode():
         assert set(row) == set(modes.MODES), backend
         assert all(isinstance(v, str) and v for v in row.values())
     assert json.loads(json.dumps(modes.BACKENDS)) == modes.BACKENDS
+
+
+def test_using_is_per_thread_and_nests(mode):
+    import threading
+
+    mode("identical")
+    seen = {}
+    with modes.using("fast"):
+        assert mojolearn.numeric_mode() == "fast"
+        with modes.using("deterministic"):
+            assert mojolearn.numeric_mode() == "deterministic"
+        assert mojolearn.numeric_mode() == "fast"
+        t = threading.Thread(target=lambda: seen.setdefault("other", mojolearn.numeric_mode()))
+        t.start()
+        t.join()
+    assert seen["other"] == "identical" and mojolearn.numeric_mode() == "identical"
+    with pytest.raises(ValueError, match="names a numeric profile"):
+        with modes.using("fixed15_v1"):
+            pass
+
+
+def test_torch_mode_takes_a_numeric_mode(mode):
+    """The torch mode's products run under the mode it was given (else the process
+    mode), the same bits as linalg under that mode."""
+    torch = pytest.importorskip("torch")
+    import mojolearn.torch as mt
+
+    a, w = rnd(5, 3, 700), rnd(6, 20, 700)
+    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+    mode("identical")
+    ident = np.asarray(linalg.matmul(a, w, transpose_b=True))
+    with modes.using("fast"):
+        fast = np.asarray(linalg.matmul(a, w, transpose_b=True))
+    assert not np.array_equal(ident.view(np.uint32), fast.view(np.uint32))
+    with mt.identical(numeric_mode="fast"):
+        assert mt.numeric_mode() == "fast"
+        assert_same_bits((ta @ tw.t()).numpy(), fast, "torch fast")
+    with mt.identical():
+        assert mt.numeric_mode() == "identical"
+        assert_same_bits((ta @ tw.t()).numpy(), ident, "torch identical")
+    with pytest.raises(ValueError, match="not a numeric mode"):
+        mt.enable(numeric_mode="quick")
+    assert not mt.is_enabled()

@@ -43,11 +43,12 @@ ERRORS
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
 __all__ = ["MODES", "DEFAULT", "ENV", "STATE_KEY", "BACKENDS", "numeric_mode",
-           "set_numeric_mode", "resolve", "kernel_code", "check_resume"]
+           "set_numeric_mode", "using", "resolve", "kernel_code", "check_resume"]
 
 MODES = ("identical", "deterministic", "fast")
 """The three promises, strictest first."""
@@ -75,6 +76,7 @@ BACKENDS = {
 _CODES = {"identical": 0, "deterministic": 1, "fast": 2}
 _lock = threading.RLock()
 _state = {"mode": None}  # None: ENV unread
+_local = threading.local()  # a thread's override (using())
 
 
 def _check(mode, what: str) -> str:
@@ -98,8 +100,12 @@ def _check(mode, what: str) -> str:
 
 
 def numeric_mode() -> str:
-    """The process's numeric mode (``MOJOLEARN_NUMERIC_MODE`` on first use, else
-    ``identical``, until set_numeric_mode changes it)."""
+    """The numeric mode calls run under: this thread's ``using()`` mode inside one,
+    else the process's (``MOJOLEARN_NUMERIC_MODE`` on first use, else ``identical``,
+    until set_numeric_mode changes it)."""
+    over = getattr(_local, "mode", None)
+    if over is not None:
+        return over
     with _lock:
         if _state["mode"] is None:
             raw = os.environ.get(ENV)
@@ -114,6 +120,20 @@ def set_numeric_mode(mode) -> str:
         old = numeric_mode()
         _state["mode"] = new
         return old
+
+
+@contextlib.contextmanager
+def using(mode):
+    """``with mojolearn.modes.using("fast"):`` the calls of this thread inside run under
+    ``mode`` (checked at once); other threads and the process mode are untouched.
+    Nests; restores what it found."""
+    new = _check(mode, "numeric_mode")
+    old = getattr(_local, "mode", None)
+    _local.mode = new
+    try:
+        yield new
+    finally:
+        _local.mode = old
 
 
 def resolve(mode=None, what: str = "numeric_mode") -> str:

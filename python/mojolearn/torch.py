@@ -88,7 +88,7 @@ from ._native_loader import cpu_native as _native  # the nn_* entries are the CP
 from ._threads import tasks as _threads
 
 __all__ = ["identical", "enable", "disable", "is_enabled", "COVERED", "REFUSED",
-           "ELEMENTWISE_COVERED", "calls", "gpu_covered"]
+           "ELEMENTWISE_COVERED", "calls", "gpu_covered", "numeric_mode"]
 
 COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::bmm",
            "aten::bmm.out", "aten::baddbmm", "aten::mv", "aten::dot")
@@ -180,7 +180,10 @@ def _product(a, b):
     b, tb = _operand(b)
     if ta and tb:  # one flag at a time (rule 7): the other operand is byte-copied
         a, ta = a.transpose(-1, -2), False
-    return _linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    from . import modes
+
+    with modes.using(numeric_mode()):
+        return _linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
 
 
 def _tensor(arr):
@@ -502,10 +505,29 @@ def _sdp_set(state):
         getattr(b, f"enable_{k}_sdp")(v)
 
 
-def enable() -> None:
-    """Register the kernels (process-wide) until ``disable()``."""
+_mode = [None]  # the numeric_mode enable() was given (None: the process mode per call)
+
+
+def numeric_mode() -> str:
+    """The numeric mode the registered kernels run under: the one ``enable`` /
+    ``identical`` was given, else the process mode (``mojolearn.numeric_mode()``) at
+    the time of each call."""
+    from . import modes
+
+    return _mode[0] or modes.numeric_mode()
+
+
+def enable(numeric_mode=None) -> None:
+    """Register the kernels (process-wide) until ``disable()``. ``numeric_mode``: the
+    promise the products run under (``identical`` by default through the process
+    mode; ``deterministic`` / ``fast`` run the looser fixed orders of
+    ``mojolearn.modes``); checked at once."""
     global _lib, _saved_flash
+    from . import modes
+
     with _lock:
+        if numeric_mode is not None:
+            _mode[0] = modes.resolve(numeric_mode)
         if _lib is not None:
             return
         keys = [("CPU", tuple(_KERNELS))]
@@ -538,23 +560,27 @@ def disable() -> None:
             return
         _lib._destroy()
         _lib = None
+        _mode[0] = None
         if _saved_flash is not None:
             _sdp_set(_saved_flash)
 
 
 @contextlib.contextmanager
-def identical():
+def identical(numeric_mode=None):
     """``with mojolearn.torch.identical():`` every float32 CPU product inside runs
     fp32.v1, including the products of a ``backward()`` called inside. Nests;
-    restores the state it found."""
+    restores the state it found. ``numeric_mode`` (checked at once) runs the products
+    under that promise instead (see ``enable``)."""
     with _lock:
-        was = is_enabled()
-        enable()
+        was, old = is_enabled(), _mode[0]
+        enable(numeric_mode)
     try:
         yield
     finally:
         if not was:
             disable()
+        else:
+            _mode[0] = old
 
 
 def __dir__():
