@@ -83,6 +83,13 @@ def run_case(entry, seed, tmp):
             raise
         exc = e
     why = judge(case, exc, result)
+    if why is None and case.after is not None:
+        try:
+            case.after()
+        except AssertionError as e:
+            why = f"after the call: {str(e)[:1500]}"
+        except Exception:
+            why = f"after the call, the check failed:\n{traceback.format_exc()[-1500:]}"
     return case.label, ("raised" if exc is not None else "returned"), why
 
 

@@ -107,7 +107,8 @@ class ModelConfig:
                 _refuse(mt, "rope_parameters." + extra[0], rp[extra[0]],
                         "RoPE scaling parameters are not computed")
             if "rope_theta" in rp:
-                inner = _float(rp, "rope_theta", mt)
+                inner = _float({"rope_parameters.rope_theta": rp["rope_theta"]},
+                               "rope_parameters.rope_theta", mt)
                 if theta is not None and _float(d, "rope_theta", mt) != inner:
                     _refuse(mt, "rope_parameters.rope_theta", rp["rope_theta"],
                             f"it disagrees with rope_theta = {theta!r}")
