@@ -14,9 +14,10 @@ is reproducible from ``(entry, seed)``) and a scratch directory, and returns a
     after           optional: called once the outcome passed (e.g. after a refusal: the
                     model and its state still give a fresh model's bits)
 
-ADDING AN ENTRY (e.g. mojolearn.models when it exists): write ``def gen_x(rng,
-tmp) -> Case`` below and add ``("models.x", gen_x)`` to ``ENTRIES``; the runner
-and the tests pick it up from the table.
+ADDING AN ENTRY: write ``def gen_x(rng, tmp) -> Case`` below and add
+``("area.x", gen_x)`` to ``ENTRIES``; the runner and the tests pick it up from
+the table (tests/test_fuzz.py checks that every public entry of linalg, lowbit,
+checkpoint and mojolearn.models has one).
 """
 from __future__ import annotations
 
