@@ -251,6 +251,9 @@ def test_allocate_state_and_generation_state_check_their_counts(lm):
     with pytest.raises(ValueError, match="GenerationState: batch must be an int >= 1"):
         GenerationState("k", "fp32_v1", -1, 2, 1, 1, 2)
     assert lm.allocate_state(np.int64(2), 3).kt.shape[1] == 2
+    with pytest.raises(MemoryError, match="mojolearn: CausalLM.allocate_state: a state of "
+                                          "batch_size 1000000000000 .* needs"):
+        lm.allocate_state(10 ** 12, 4)
 
 
 def test_save_state_refuses_a_non_state_by_name(lm, tmp_path):

@@ -61,6 +61,13 @@ class CausalLM:
     ``allocate_state(batch_size, max_tokens)``, ``step(ids, state)``,
     ``generate(ids, max_new_tokens, greedy=True, seed=None)``,
     ``generate_text(text, max_new_tokens, tokenizer=...)``, ``save_state`` / ``resume``.
+
+    Token ids (every entry that takes them, and the ids a tokenizer returns) are ints:
+    Python ints and numpy integers in lists / tuples / 1-D rows, or an array of any
+    integer dtype (widened exactly to int64), inside [0, vocab_size). Floats (never
+    truncated), bools, complex numbers, strings, objects and ints past int64 (never
+    wrapped) are refused by name. A refused call changes nothing: the model and the
+    state it was handed give the same bits as before on the next valid call.
     """
 
     def __init__(self, config: ModelConfig, weights: dict, *, weight_format="float32",
@@ -189,8 +196,17 @@ class CausalLM:
             raise ValueError(f"mojolearn: CausalLM.allocate_state: max_tokens {max_tokens} is past "
                              f"max_positions {self.max_positions}")
         c = self.config
-        return GenerationState(self._key, self.numeric_profile, batch_size, max_tokens,
-                               c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+        nbytes = 2 * 4 * c.num_hidden_layers * batch_size * c.num_key_value_heads * c.head_dim \
+            * max_tokens
+        try:
+            return GenerationState(self._key, self.numeric_profile, batch_size, max_tokens,
+                                   c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+        except (MemoryError, ValueError) as e:  # numpy's own subclass, or "array is too big"
+            if str(e).startswith("mojolearn"):
+                raise
+            raise MemoryError(f"mojolearn: CausalLM.allocate_state: a state of batch_size "
+                              f"{batch_size} and max_tokens {max_tokens} needs {nbytes} bytes, "
+                              f"which could not be allocated; use a smaller batch") from None
 
     def _run(self, ids, state, last_only, func):
         B, L = ids.shape
