@@ -219,6 +219,7 @@ def main(argv=None):
         _worker(args)
         return 0
     if args.replay:
+        sys.path[:0] = [str(ROOT / "python"), str(ROOT)]  # as the children have it
         tmp = tempfile.mkdtemp(prefix="mlfuzz-replay-")
         try:
             label, kind, why = run_case(args.replay[0], int(args.replay[1]), tmp)
