@@ -1675,6 +1675,8 @@ def gen_models_generate_text(rng, tmp):
             out, names = [], ("no token",)
         elif what.endswith(" tokens"):  # the length rule is generate's (tested there)
             out, names = np.array([[1, 2]]), ("(1, 2)",)
+        if isinstance(out, list) and out and all(isinstance(r, list) for r in out):
+            names = names + ("shape (1, 1)",)  # [[1]] left after the one id became [1]
         tk = _FakeTokenizer(out)
         label = f"encode returns {what}"
     elif fault == 7:
@@ -2380,6 +2382,8 @@ def gen_models_tokenizer(rng, tmp):
             obj = obj[0]
         elif isinstance(obj, np.ndarray) and obj.ndim == 2 and obj.shape[0] == 1:
             obj = obj[0]
+        if isinstance(obj, list) and obj and all(isinstance(r, list) for r in obj):
+            names = names + ("shape (1, 1)",)  # [[1]] left after the one id became [1]
         return Case(f"models.Tokenizer.decode {label}", lambda: tok.decode(obj), "error",
                     None, names)
     if kind == 6:
