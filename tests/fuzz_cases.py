@@ -11,9 +11,13 @@ is reproducible from ``(entry, seed)``) and a scratch directory, and returns a
                     names the argument (one of ``names``)
     expect "any"    either of the two (hostile files, env values, free-form names)
 
-ADDING AN ENTRY (e.g. mojolearn.models when it exists): write ``def gen_x(rng,
-tmp) -> Case`` below and add ``("models.x", gen_x)`` to ``ENTRIES``; the runner
-and the tests pick it up from the table.
+    after           optional: called once the outcome passed (e.g. after a refusal: the
+                    model and its state still give a fresh model's bits)
+
+ADDING AN ENTRY: write ``def gen_x(rng, tmp) -> Case`` below and add
+``("area.x", gen_x)`` to ``ENTRIES``; the runner and the tests pick it up from
+the table (tests/test_fuzz.py checks that every public entry of linalg, lowbit,
+checkpoint and mojolearn.models has one).
 """
 from __future__ import annotations
 
@@ -39,6 +43,9 @@ class Case:
     names: tuple = ()  # for "error"/"any": the message names one of these
     cleanup: Callable | None = None
     keep: list = field(default_factory=list)
+    # after(): run once the call's outcome passed; raises AssertionError when the object
+    # the call was handed (a model, a state, a file) is not as a fresh one would be
+    after: Callable | None = None
 
 
 # ---------------------------------------------------------------- values and views
@@ -1115,112 +1122,1280 @@ def gen_env(rng, tmp):
     return Case(f"env {var}={val!r:.30}", call, "any", check, (var,))
 
 
-# ---------------------------------------------------------------- the table
+# ---------------------------------------------------------------- mojolearn.models
+# Every public entry of mojolearn.models on tiny random models written here (one per
+# process and variant). Valid input: the oracle's bits (tests/model_oracle.py) or a
+# fresh model's bits for the same call. Bad input: a refusal by name, and then (the
+# case's ``after``) the model and the state it was handed still give a fresh model's
+# bits on the next valid call.
 
+_MODEL_CFGS = {
+    "a": dict(model_type="llama", vocab_size=23, hidden_size=16, intermediate_size=24,
+              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+              rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=16,
+              tie_word_embeddings=True, hidden_act="silu"),
+    "b": dict(model_type="llama", vocab_size=29, hidden_size=16, intermediate_size=20,
+              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              rms_norm_eps=1e-6, rope_theta=500.0, max_position_embeddings=16,
+              tie_word_embeddings=False, hidden_act="silu"),
+}
+MAXPOS = 16  # both variants' max_position_embeddings
+PROFILES = ("fp32_v1", "fixed15_v1")
+FORMATS = ("float32", "bfloat16", "int8")
 _TINY = {}
 
 
-def _tiny_model(tmp):
-    """A tiny random llama checkpoint written once per process (HF layout)."""
-    if "path" not in _TINY:
-        import json
+def _model_weights(cfg, seed):
+    r = np.random.default_rng(seed)
+    d, ff, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = d // cfg["num_attention_heads"]
+    nq, nk = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    f = lambda *sh: (r.standard_normal(sh) * 0.3).astype(F32)  # noqa: E731
+    w = {"model.embed_tokens.weight": f(v, d), "model.norm.weight": 1 + f(d)}
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = f(v, d)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w.update({p + "input_layernorm.weight": 1 + f(d),
+                  p + "post_attention_layernorm.weight": 1 + f(d),
+                  p + "self_attn.q_proj.weight": f(nq, d), p + "self_attn.k_proj.weight": f(nk, d),
+                  p + "self_attn.v_proj.weight": f(nk, d), p + "self_attn.o_proj.weight": f(d, nq),
+                  p + "mlp.gate_proj.weight": f(ff, d), p + "mlp.up_proj.weight": f(ff, d),
+                  p + "mlp.down_proj.weight": f(d, ff)})
+    return w
 
-        from safetensors.numpy import save_file
-        cfg = dict(model_type="llama", vocab_size=23, hidden_size=16, intermediate_size=24,
-                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                   rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=16,
-                   tie_word_embeddings=True, hidden_act="silu")
-        r = np.random.default_rng(0)
-        f = lambda *sh: (r.standard_normal(sh) * 0.3).astype(F32)  # noqa: E731
-        w = {"model.embed_tokens.weight": f(23, 16), "model.norm.weight": 1 + f(16),
-             "model.layers.0.input_layernorm.weight": 1 + f(16),
-             "model.layers.0.post_attention_layernorm.weight": 1 + f(16),
-             "model.layers.0.self_attn.q_proj.weight": f(16, 16),
-             "model.layers.0.self_attn.k_proj.weight": f(8, 16),
-             "model.layers.0.self_attn.v_proj.weight": f(8, 16),
-             "model.layers.0.self_attn.o_proj.weight": f(16, 16),
-             "model.layers.0.mlp.gate_proj.weight": f(24, 16),
-             "model.layers.0.mlp.up_proj.weight": f(24, 16),
-             "model.layers.0.mlp.down_proj.weight": f(16, 24)}
+
+def _tiny(variant="a"):
+    """A tiny random llama checkpoint (HF layout) written once per process and variant;
+    variant "a" also gets a tokenizer.json (a word-level "w0".."w22") and a GGUF copy."""
+    if variant not in _TINY:
         import atexit
+        import json
         import shutil
         import tempfile
 
-        d = tempfile.mkdtemp(prefix="mlfuzz-model-")  # per process (a case's tmp is removed)
+        from safetensors.numpy import save_file
+
+        cfg = dict(_MODEL_CFGS[variant])
+        w = _model_weights(cfg, {"a": 0, "b": 1}[variant])
+        d = tempfile.mkdtemp(prefix=f"mlfuzz-model-{variant}-")  # per process (a case's tmp is removed)
         atexit.register(shutil.rmtree, d, True)
         with open(os.path.join(d, "config.json"), "w") as fh:
             json.dump(cfg, fh)
         save_file(w, os.path.join(d, "model.safetensors"))
-        _TINY.update(path=d, cfg=cfg, w=w)
-    return _TINY
+        t = dict(path=d, cfg=cfg, w=w)
+        if variant == "a":
+            from tokenizers import Tokenizer as T, models as tm, pre_tokenizers
+
+            tk = T(tm.WordLevel({f"w{i}": i for i in range(cfg["vocab_size"])}, unk_token="w0"))
+            tk.pre_tokenizer = pre_tokenizers.Whitespace()
+            t["tokenizer"] = os.path.join(d, "tokenizer.json")
+            tk.save(t["tokenizer"])
+            t["gguf"] = _write_gguf(os.path.join(d, "tiny.gguf"), cfg, w)
+        _TINY[variant] = t
+    return _TINY[variant]
+
+
+def _tiny_model(tmp=None):
+    return _tiny("a")
+
+
+_GGUF_KIND = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def _write_gguf(path, cfg, w):
+    """The model as llama.cpp's converter writes it: F32 tensors, q/k rows of each head
+    interleaved in pairs."""
+    import gguf
+
+    def interleave(t, heads):
+        half = t.shape[0] // heads // 2
+        return t.reshape(heads, 2, half, t.shape[1]).swapaxes(1, 2).reshape(t.shape)
+
+    wr = gguf.GGUFWriter(path, "llama")
+    wr.add_block_count(cfg["num_hidden_layers"])
+    wr.add_context_length(cfg["max_position_embeddings"])
+    wr.add_embedding_length(cfg["hidden_size"])
+    wr.add_feed_forward_length(cfg["intermediate_size"])
+    wr.add_head_count(cfg["num_attention_heads"])
+    wr.add_head_count_kv(cfg["num_key_value_heads"])
+    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    wr.add_rope_freq_base(cfg["rope_theta"])
+    wr.add_vocab_size(cfg["vocab_size"])
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    for name, t in w.items():
+        if name in top:
+            wr.add_tensor(top[name], np.ascontiguousarray(t))
+            continue
+        parts = name.split(".")
+        kind = ".".join(parts[3:-1])
+        if kind == "self_attn.q_proj":
+            t = interleave(t, cfg["num_attention_heads"])
+        elif kind == "self_attn.k_proj":
+            t = interleave(t, cfg["num_key_value_heads"])
+        wr.add_tensor(f"blk.{parts[2]}.{_GGUF_KIND[kind]}.weight", np.ascontiguousarray(t))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return path
+
+
+def _lm(variant="a", prof="fp32_v1", fmt="float32", **kw):
+    from mojolearn.models import CausalLM
+
+    return CausalLM.load(_tiny(variant)["path"], numeric_profile=prof, weight_format=fmt, **kw)
+
+
+def _same_logits(got, want, what):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype == F32 and got.shape == want.shape, \
+        f"{what}: got {got.dtype} {got.shape}, want {want.dtype} {want.shape}"
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{what}: the bits differ"
+
+
+def _same_as_oracle(got, want, what):
+    """The oracle's bits; a NaN where the oracle has a NaN (the oracle, numpy, does not
+    pin a NaN's payload)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype == F32 and got.shape == want.shape, \
+        f"{what}: got {got.dtype} {got.shape}, want {want.dtype} {want.shape}"
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan), f"{what}: the NaNs differ"
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32)), \
+        f"{what}: the bits differ"
+
+
+def _model_ok(lm, variant, prof, fmt, what="the model"):
+    """An ``after`` check: lm's next valid forward gives a fresh model's bits."""
+    ids = np.array([[1, 5, 2], [7, 0, 3]], np.int64)[:, :min(3, lm.max_positions)]
+
+    def after():
+        _same_logits(lm.forward(ids), _lm(variant, prof, fmt, max_positions=lm.max_positions)
+                     .forward(ids),
+                     f"{what} after the refusal vs a fresh model")
+    return after
+
+
+_INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+               np.uint64, ">i8", ">u2"]
+
+
+def _ids_form(rng, ids):
+    """The same ids in a random accepted form: (object, description)."""
+    k = int(rng.integers(0, 10))
+    if k == 1:
+        d = np.dtype(_pick(rng, _INT_DTYPES))
+        return ids.astype(d), f"dtype {d}"
+    if k == 2:
+        return ids.tolist(), "list"
+    if k == 3:
+        return tuple(tuple(r) for r in ids.tolist()), "tuples"
+    if k == 4:
+        return [np.asarray(r, dtype=_pick(rng, _INT_DTYPES)) for r in ids], "list of arrays"
+    if k == 5:
+        return [[np.int64(v) if rng.random() < 0.5 else int(v) for v in r] for r in ids], \
+            "numpy ints"
+    if k == 6:
+        return np.asfortranarray(ids), "F"
+    if k == 7:
+        big = np.zeros((ids.shape[0], 2 * ids.shape[1]), np.int32)
+        big[:, ::2] = ids
+        return big[:, ::2], "strided int32"
+    if k == 8 and ids.shape[0] == 1:
+        return (ids[0].tolist(), "1-D list") if rng.random() < 0.5 else (ids[0].copy(), "1-D")
+    if k == 9:
+        return memoryview(np.ascontiguousarray(ids)), "memoryview"
+    return ids.copy(), "int64"
+
+
+_SCALARS = [np.int64(3), 3, 3.0, None, "3", b"3", True, np.array(3), np.float32(2.0)]
+
+
+def _ids_bad(rng, ids, vocab, base=0):
+    """Hostile ids near ``ids`` (batch, length): (object, label, names). The names are
+    what a refusal must say about what it got; ``base``: tokens already in the state."""
+    B, L = ids.shape
+    lst = ids.tolist()
+    i, j = int(rng.integers(0, B)), int(rng.integers(0, L))
+    k = int(rng.integers(0, 20))
+    if k == 0:
+        d = np.dtype(_pick(rng, [np.float16, np.float32, np.float64]))
+        return ids.astype(d), f"dtype {d}", (str(d),)
+    if k == 1:
+        return ids.astype(bool), "bool array", ("bool",)
+    if k == 2:
+        return ids.astype(np.complex64), "complex array", ("complex64",)
+    if k == 3:
+        a = ids.astype(str)
+        return a, f"string array {a.dtype}", (str(a.dtype),)
+    if k == 4:
+        return ids.astype(object), "object array", ("object",)
+    if k == 5:
+        v = _pick(rng, [1.9, 2.0, -0.0, float("nan"), float("inf"), np.float32(3.0),
+                        np.float64(1.5)])
+        lst[i][j] = v
+        return lst, f"float {v!r} in a list", (repr(v) if type(v) is float else type(v).__name__,)
+    if k == 6:
+        v = _pick(rng, [True, False, np.True_, np.bool_(False)])
+        lst[i][j] = v
+        return lst, f"bool {v!r} in a list", (repr(v),)
+    if k == 7:
+        v = _pick(rng, ["1", None, b"1", 1 + 0j, object(), [1], {"a": 1}])
+        lst[i][j] = v
+        return lst, f"{type(v).__name__} in a list", (type(v).__name__,)
+    if k == 8:
+        v = vocab + int(rng.integers(0, 5))
+        lst[i][j] = v
+        return (lst if rng.random() < 0.5 else np.array(lst)), f"id {v} (vocab {vocab})", (str(v),)
+    if k == 9:
+        v = -1 - int(rng.integers(0, 5))
+        lst[i][j] = v
+        return (lst if rng.random() < 0.5 else np.array(lst, np.int32)), f"id {v}", (str(v),)
+    if k == 10:
+        v = _pick(rng, [2 ** 63, 2 ** 64 - 1, 2 ** 70, -(2 ** 63) - 1, 10 ** 30])
+        lst[i][j] = v
+        return lst, f"int {v} past int64", (str(v),)
+    if k == 11:
+        a = ids.astype(np.uint64)
+        a[i, j] = np.uint64(2 ** 63 + int(rng.integers(0, 1000)))
+        return a, "uint64 past int64", (str(int(a[i, j])),)
+    if k == 12:
+        a = ids.copy()
+        a[i, j] = np.iinfo(np.int64).min
+        return a, "int64 min", (str(np.iinfo(np.int64).min),)
+    if k == 13:
+        bad = [lst[0], lst[0] + [1]] if B == 1 else [r + [0] * (n == 1) for n, r in enumerate(lst)]
+        return bad, "ragged rows", ("rectangle",)
+    if k == 14:
+        return [lst[0], 3], "ids mixed with rows", ("rectangle",)
+    if k == 15:
+        return ids[None], "3-D", (str(ids[None].shape),)
+    if k == 16:
+        v = _pick(rng, _SCALARS)
+        names = ("()",) if isinstance(v, np.ndarray) else (type(v).__name__,)
+        return v, f"scalar {v!r}", names
+    if k == 17:
+        v, shape = _pick(rng, [(np.zeros((B, 0), np.int64), (B, 0)),
+                               (np.zeros((0, L), np.int64), (0, L)), ([], (1, 0)),
+                               ([[]], (1, 0))])
+        return v, f"empty {shape}", (str(shape),)
+    if k == 18:
+        n = MAXPOS + 1 - base + int(rng.integers(0, 3))
+        return rng.integers(0, vocab, size=(B, n)), f"{n} tokens", (f"{n} tokens", f"{n} more tokens")
+    v = _pick(rng, [object(), {"a": 1}, {1, 2}, (x for x in range(3))])
+    return v, f"not ids: {type(v).__name__}", ("object", type(v).__name__)
 
 
 def gen_models_forward(rng, tmp):
-    """CausalLM.forward / step under both profiles: valid ids give the oracle's logits,
-    hostile ids (floats, bools, out of the vocabulary, wrong ranks, empty, huge ints,
-    positions past max_positions, a foreign state) a refusal by name."""
-    from mojolearn.models import CausalLM
-
-    t = _tiny_model(tmp)
-    prof = _pick(rng, ["fp32_v1", "fixed15_v1"])
-    kind = int(rng.integers(0, 9))
-    B, L = int(rng.integers(1, 4)), int(rng.integers(1, 9))
-    ids = rng.integers(0, 23, size=(B, L))
-    bad = {1: ids.astype(F32), 2: ids.astype(bool), 3: ids + 23, 4: -ids - 1,
-           5: ids[None], 6: np.zeros((B, 0), np.int64), 7: [[2 ** 70]],
-           8: rng.integers(0, 23, size=(1, 17))}
-
-    def call():
-        lm = CausalLM.load(t["path"], numeric_profile=prof)
-        return lm.forward(bad.get(kind, ids))
-
-    if kind == 0:
-        from tests import model_oracle as MO
+    """CausalLM.forward (and __call__) under both profiles and the three weight formats:
+    ids of every accepted form give the oracle's logits; hostile ids a refusal naming
+    what they were, after which the model still gives a fresh model's bits."""
+    prof, fmt = _pick(rng, PROFILES), _pick(rng, FORMATS)
+    t = _tiny("a")
+    vocab = t["cfg"]["vocab_size"]
+    B = int(rng.integers(1, 4))
+    L = int(rng.integers(1, 9)) if rng.random() < 0.9 else MAXPOS
+    ids = rng.integers(0, vocab, size=(B, L))
+    lm = _lm("a", prof, fmt)
+    via = _pick(rng, ["forward", "__call__"])
+    if rng.random() < 0.4:
+        obj, how = _ids_form(rng, ids)
 
         def check(got):
-            want = MO.forward(t["w"], t["cfg"], ids, prof)
-            assert np.array_equal(np.asarray(got).view(np.uint32), want.view(np.uint32)) or \
-                np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(
-                    np.where(np.isnan(got), 0, got), np.where(np.isnan(want), 0, want))
-        return Case(f"models.forward {prof} ids {B}x{L}", call, "ok", check)
-    return Case(f"models.forward {prof} hostile ids kind={kind}", call, "error", None,
-                ("ids", "token", "max_positions", "vocabulary", "integer"))
+            from tests import model_oracle as MO
+
+            _same_as_oracle(got, MO.forward(t["w"], t["cfg"], ids, prof, fmt), "forward vs oracle")
+        return Case(f"models.forward {prof} {fmt} ids {B}x{L} as {how} via {via}",
+                    lambda: getattr(lm, via)(obj), "ok", check)
+    obj, label, names = _ids_bad(rng, ids, vocab)
+    return Case(f"models.forward {prof} {fmt} {label}", lambda: getattr(lm, via)(obj), "error",
+                None, names, after=_model_ok(lm, "a", prof, fmt))
+
+
+def _state_after(lm, st, variant, prof, fmt, prefix):
+    """An ``after`` check: the state (holding ``prefix``) continues as a fresh model's
+    fresh state does, bit for bit."""
+    def after():
+        assert st.length == prefix.shape[1], f"the state's length moved: {st.length}"
+        nxt = np.full((prefix.shape[0], 1), 4, np.int64)
+        ref = _lm(variant, prof, fmt)
+        rs = ref.allocate_state(st.batch_size, st.max_tokens)
+        if prefix.shape[1]:
+            ref.forward(prefix, rs)
+        _same_logits(lm.step(nxt, st), ref.step(nxt, rs), "a step of the state after the refusal")
+    return after
+
+
+def gen_models_step(rng, tmp):
+    """CausalLM.step / forward with a state: hostile ids, a state of another model,
+    profile, weight format or batch, one past its max_tokens, one whose fields were
+    changed, no state at all, and a state after a failed call; a refusal by name, then
+    the state continues with a fresh model's bits."""
+    from mojolearn.models import GenerationState
+
+    prof, fmt = _pick(rng, PROFILES), _pick(rng, FORMATS)
+    vocab = _MODEL_CFGS["a"]["vocab_size"]
+    B = int(rng.integers(1, 4))
+    T = int(rng.integers(2, MAXPOS + 1))
+    P = int(rng.integers(0, T))
+    n = int(rng.integers(1, T - P + 1))
+    lm = _lm("a", prof, fmt)
+    st = lm.allocate_state(B, T)
+    prefix = rng.integers(0, vocab, size=(B, P))
+    if P:
+        lm.forward(prefix, st)
+    ids = rng.integers(0, vocab, size=(B, n))
+    via = _pick(rng, ["step", "forward"])
+    fault = int(rng.integers(0, 12))
+    state, obj, names, label = st, ids, (), "valid"
+    restore = None
+    if fault == 1:
+        obj, label, names = _ids_bad(rng, ids, vocab, base=P)
+        if label.endswith(" tokens"):
+            names = names + (f"{P + obj.shape[1]}",)
+    elif fault == 2:
+        extra = T - P + 1 + int(rng.integers(0, 3))
+        obj, label, names = rng.integers(0, vocab, size=(B, extra)), f"{extra} past max_tokens", \
+            (f"{extra} more tokens",)
+    elif fault == 3:
+        b2 = B + int(rng.integers(1, 3))
+        obj, label, names = rng.integers(0, vocab, size=(b2, 1)), f"batch {b2}", (f"batch {b2}",)
+    elif fault == 4:
+        state = _pick(rng, [None, {"length": 0}, np.zeros(3, F32), "state"])
+        label = f"state {type(state).__name__}"
+        names = ("state",) if state is None else (type(state).__name__,)
+        if state is None and via == "forward":  # forward(ids, None) is a stateless forward
+            state, names, label = "state", ("str",), "state str"
+    elif fault == 5:
+        other = _pick(rng, [("b", prof, fmt), ("a", [p for p in PROFILES if p != prof][0], fmt),
+                            ("a", prof, [f for f in FORMATS if f != fmt][0])])
+        state = _lm(*other).allocate_state(B, T)
+        obj = rng.integers(0, vocab, size=(B, 1))
+        label = f"state of {other}"
+        names = ("another model",) if other[0] == "b" else \
+            (f"another numeric profile ({other[1]})",) if other[1] != prof else \
+            (f"another weight_format ({other[2]})",)
+    elif fault in (6, 7):
+        field_, value = _pick(rng, [("length", -1), ("length", T + 1), ("length", 2.5),
+                                    ("length", True), ("length", None), ("batch_size", B + 1),
+                                    ("max_tokens", T + 1), ("max_tokens", 0),
+                                    ("kt", st.kt.astype(np.float64)), ("kt", st.kt[..., :-1]),
+                                    ("v", np.asfortranarray(st.v)), ("v", "cache"),
+                                    ("kt", "readonly")])
+        old = getattr(st, field_)
+        if isinstance(value, str) and value == "readonly":
+            value = st.kt.copy()
+            value.setflags(write=False)
+        setattr(st, field_, value)
+
+        def restore(st=st, field_=field_, old=old):
+            setattr(st, field_, old)
+        label = f"state.{field_} changed to {type(value).__name__}"
+        names = ("changed from outside",)
+    elif fault == 8:  # a failed call first, then a valid one
+        try:
+            lm.step(np.full((B, 1), vocab, np.int64), st)
+        except ValueError:
+            pass
+        label = "valid after a refused call"
+    expect = "ok" if fault in (0, 8, 9, 10, 11) else "error"
+
+    def call():
+        return lm.step(obj, state) if via == "step" else lm.forward(obj, state)
+
+    def check(got):
+        ref = _lm("a", prof, fmt)
+        rs = ref.allocate_state(B, T)
+        if P:
+            ref.forward(prefix, rs)
+        want = ref.step(ids, rs) if via == "step" else ref.forward(ids, rs)
+        _same_logits(got, want, f"{via} with a state vs a fresh model's")
+        assert st.length == P + n, f"state length {st.length}, want {P + n}"
+
+    base_after = _state_after(lm, st, "a", prof, fmt, prefix)
+
+    def after():
+        if restore is not None:
+            restore()
+        base_after()
+
+    return Case(f"models.{via} {prof} {fmt} B={B} T={T} P={P} n={n} {label}", call, expect,
+                check, names, after=None if expect == "ok" else after)
+
+
+def gen_models_generate(rng, tmp):
+    """CausalLM.generate: hostile ids, max_new_tokens, greedy, seed and eos_token_id
+    (outside the vocabulary, negative, floats, bools); valid calls: greedy tokens are
+    the argmax of a fresh model's forward of each prefix, sampled ones repeat with the
+    seed, eos ends a row; zero new tokens returns the prompt."""
+    prof = _pick(rng, PROFILES)
+    vocab = _MODEL_CFGS["a"]["vocab_size"]
+    B, L = int(rng.integers(1, 3)), int(rng.integers(1, 6))
+    new = int(rng.integers(0, 5))
+    ids = rng.integers(0, vocab, size=(B, L))
+    kw = {}
+    if rng.random() < 0.4:
+        kw["greedy"] = False
+        if rng.random() < 0.8:
+            kw["seed"] = _pick(rng, [0, 1, 12345, 2 ** 70, np.int64(7)])
+    elif rng.random() < 0.3:
+        kw["greedy"] = True
+    if rng.random() < 0.3:
+        kw["eos_token_id"] = _pick(rng, [int(rng.integers(0, vocab)), np.int32(2)])
+    lm = _lm("a", prof)
+    obj, arg_new, names, label = ids, new, (), "valid"
+    fault = int(rng.integers(0, 10))
+    if fault == 1:
+        obj, label, names = _ids_bad(rng, ids, vocab)
+        if label.endswith(" tokens"):
+            names = names + (" prompt + ",)
+    elif fault == 2:
+        arg_new = _pick(rng, [-1, 1.5, True, "3", None, 10 ** 30, MAXPOS - L + 1])
+        label = f"max_new_tokens={arg_new!r}"
+        names = (repr(arg_new) if isinstance(arg_new, (int, str)) and not isinstance(arg_new, bool)
+                 else type(arg_new).__name__,)
+        if arg_new == MAXPOS - L + 1:
+            names = (f"{arg_new} new tokens",)
+    elif fault == 3:
+        kw["greedy"] = _pick(rng, [1, 0, "yes", None, np.bool_(True)])
+        label, names = f"greedy={kw['greedy']!r}", ("greedy",)
+    elif fault == 4:
+        kw["greedy"] = True
+        kw["seed"] = _pick(rng, [0, 3])
+        label, names = f"seed={kw['seed']} with greedy", (f"seed={kw['seed']}",)
+    elif fault == 5:
+        kw["greedy"] = False
+        kw["seed"] = _pick(rng, [-1, 1.5, "x", True, [1, 2], None])
+        if kw["seed"] is None:
+            fault = 0  # seed=None samples from fresh entropy: valid, not repeatable
+        label = f"seed={kw['seed']!r}"
+        names = (repr(kw["seed"]) if isinstance(kw["seed"], int) and not isinstance(kw["seed"], bool)
+                 else type(kw["seed"]).__name__,)
+    elif fault == 6:
+        kw["eos_token_id"] = _pick(rng, [vocab, vocab + 7, -1, 1.5, True, "1", 2 ** 70])
+        label = f"eos_token_id={kw['eos_token_id']!r}"
+        v = kw["eos_token_id"]
+        names = (str(v) if isinstance(v, int) and not isinstance(v, bool) else type(v).__name__,)
+    expect = "ok" if fault in (0, 7, 8, 9) else "error"
+    repeatable = not (kw.get("greedy") is False and kw.get("seed") is None)
+
+    def call():
+        return lm.generate(obj, arg_new, **kw)
+
+    def check(out):
+        assert isinstance(out, np.ndarray) and out.dtype == np.int64 and out.ndim == 2, repr(out)[:200]
+        assert out.shape[0] == B and L <= out.shape[1] <= L + new, out.shape
+        assert np.array_equal(out[:, :L], ids), "the prompt changed"
+        if new == 0:
+            assert out.shape[1] == L
+        assert out.min() >= 0 and out.max() < vocab, "a token outside the vocabulary"
+        eos = kw.get("eos_token_id")
+        if out.shape[1] < L + new:
+            assert eos is not None and (out[:, -1] == eos).all(), "stopped early without eos"
+        if eos is not None:
+            for row in out[:, L:]:
+                hit = np.flatnonzero(row == eos)
+                if hit.size:
+                    assert (row[hit[0]:] == eos).all(), "a row went on past eos"
+        ref = _lm("a", prof)
+        if kw.get("greedy", True):
+            for t_ in range(L, out.shape[1]):
+                want = np.argmax(ref.forward(out[:, :t_])[:, -1, :], axis=1)
+                done = np.zeros(B, bool) if eos is None else (out[:, L:t_] == eos).any(axis=1)
+                assert np.array_equal(out[~done, t_], want[~done]), f"token {t_} is not the argmax"
+        elif repeatable:
+            assert np.array_equal(out, ref.generate(ids, new, **kw)), "a seeded sample did not repeat"
+
+    def after():
+        want = _lm("a", prof).generate(ids[:, :2], 2)
+        assert np.array_equal(lm.generate(ids[:, :2], 2), want), "generate after the refusal"
+
+    return Case(f"models.generate {prof} {B}x{L} new={new} {kw} {label}", call, expect, check,
+                names, after=None if expect == "ok" else after)
+
+
+class _FakeTokenizer:
+    """A tokenizer whose encode returns a chosen object (the duck-typed kind
+    generate_text takes)."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def encode(self, text):
+        return self.out
+
+    def decode(self, ids):
+        return " ".join(f"w{i}" for i in ids)
+
+
+def gen_models_generate_text(rng, tmp):
+    """CausalLM.generate_text: a real Tokenizer, one of another vocabulary, no tokenizer,
+    and tokenizers whose encode returns floats, bools, strings, nested lists, ids outside
+    the vocabulary or past int64, nothing; every id the tokenizer gives is held to
+    generate's rules."""
+    from mojolearn.models import Tokenizer
+
+    t = _tiny("a")
+    vocab = t["cfg"]["vocab_size"]
+    lm = _lm("a", "fp32_v1")
+    tok = Tokenizer.load(t["tokenizer"])
+    n = int(rng.integers(1, 6))
+    words = [int(v) for v in rng.integers(0, vocab, size=n)]
+    text = " ".join(f"w{i}" for i in words)
+    new = int(rng.integers(0, 4))
+    kw = {}
+    fault = int(rng.integers(0, 10))
+    names, label = (), "valid"
+    tk = tok
+    if fault == 1:
+        text = _pick(rng, [None, 3, b"w1", ["w1"]])
+        label, names = f"text {type(text).__name__}", ("text",)
+    elif fault == 2:
+        tk = _pick(rng, [None, "tok", object(), {"encode": 1}])
+        label, names = f"tokenizer {type(tk).__name__}", ("tokenizer",)
+    elif fault == 3:
+        from tokenizers import Tokenizer as T, models as tm
+
+        big = int(rng.integers(vocab + 1, 100))
+        tk = Tokenizer(T(tm.WordLevel({f"w{i}": i for i in range(big)}, unk_token="w0")),
+                       source="big")
+        label, names = f"tokenizer of {big} tokens", (str(big),)
+    elif fault in (4, 5, 6):
+        out, what, names = _ids_bad(rng, np.array([words]), vocab)
+        if isinstance(out, list) and len(out) == 1 and isinstance(out[0], list):
+            out = out[0]  # one sequence, as an encoder returns it
+        elif isinstance(out, np.ndarray) and out.ndim == 2 and out.shape[0] == 1:
+            out = out[0]
+        if what.startswith("empty"):
+            out, names = [], ("no token",)
+        elif what.endswith(" tokens"):  # the length rule is generate's (tested there)
+            out, names = np.array([[1, 2]]), ("(1, 2)",)
+        if isinstance(out, list) and out and all(isinstance(r, list) for r in out):
+            names = names + ("shape (1, 1)",)  # [[1]] left after the one id became [1]
+        tk = _FakeTokenizer(out)
+        label = f"encode returns {what}"
+    elif fault == 7:
+        kw = _pick(rng, [{"greedy": True, "seed": 1}, {"eos_token_id": vocab},
+                         {"greedy": "no"}])
+        label, names = f"{kw}", tuple(kw)
+    expect = "ok" if fault in (0, 8, 9) else "error"
+
+    def call():
+        return lm.generate_text(text, new, tokenizer=tk, **kw)
+
+    def check(got):
+        assert isinstance(got, str)
+        out = _lm("a", "fp32_v1").generate([tok.encode(text)], new)
+        assert got == tok.decode(out[0, n:].tolist()), (got, out)
+
+    def after():
+        ref = _lm("a", "fp32_v1").generate_text("w1 w2", 2, tokenizer=tok)
+        assert lm.generate_text("w1 w2", 2, tokenizer=tok) == ref
+
+    return Case(f"models.generate_text new={new} {label}", call, expect, check, names,
+                after=None if expect == "ok" else after)
+
+
+def _bad_count(a, hi):
+    if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+        return True
+    return int(a) < 1 or (hi is not None and int(a) > hi)
+
+
+def _state_file(path, lm, st, *, tensors=None, extra=None, drop=(), profile=None):
+    """Write the file save_state would write for (lm, st), edited: tensors replaced,
+    metadata fields changed (None drops one), tensors dropped."""
+    from mojolearn import checkpoint
+    from mojolearn.models import causal_lm as C
+
+    c = lm.config
+    meta = np.array([st.length, st.batch_size, st.max_tokens, c.num_hidden_layers,
+                     c.num_key_value_heads, c.head_dim, c.hidden_size, c.vocab_size], F32)
+    ts = {"state.kt": st.kt, "state.v": st.v, "state.meta": meta}
+    ts.update(tensors or {})
+    for d in drop:
+        ts.pop(d)
+    info = {C.STATE_KIND_KEY: C.STATE_KIND, C.STATE_MODEL_KEY: c.fingerprint(),
+            C.STATE_FORMAT_KEY: lm.weight_format}
+    for k, v in (extra or {}).items():
+        if v is None:
+            info.pop(k)
+        else:
+            info[k] = v
+    checkpoint._save(path, ts, profile or lm.numeric_profile, info)
+
+
+def gen_models_state(rng, tmp):
+    """allocate_state, save_state and resume: hostile counts and paths, states of other
+    models, profiles and weight formats, files truncated, with bytes flipped, with the
+    meta, a tensor's shape or dtype or the metadata edited, tensors missing or added;
+    a good file resumes to the bits of the state it saved. A failed save leaves the old
+    file byte for byte; a failed call leaves the model a fresh model's."""
+    from mojolearn import checkpoint
+    from mojolearn.lowbit import BF16Weight
+    from mojolearn.models import causal_lm as C
+
+    prof, fmt = _pick(rng, PROFILES), _pick(rng, FORMATS)
+    vocab = _MODEL_CFGS["a"]["vocab_size"]
+    lm = _lm("a", prof, fmt)
+    B, T = int(rng.integers(1, 3)), int(rng.integers(2, MAXPOS + 1))
+    P = int(rng.integers(0, T))
+    st = lm.allocate_state(B, T)
+    prefix = rng.integers(0, vocab, size=(B, P))
+    if P:
+        lm.forward(prefix, st)
+    path = os.path.join(tmp, f"s{int(rng.integers(1 << 30))}.safetensors")
+    kind = int(rng.integers(0, 14))
+    expect, names, label, check, old = "error", (), "", None, None
+    after = _model_ok(lm, "a", prof, fmt)
+    if kind == 0:  # allocate_state
+        args = [_pick(rng, [B, 0, -1, 1.5, True, "2", None, np.int64(2)]),
+                _pick(rng, [T, 0, MAXPOS + 1, 2.5, False, np.int32(3)])]
+        bad = [(a, hi) for a, hi in zip(args, (None, MAXPOS)) if _bad_count(a, hi)]
+        expect = "error" if bad else "ok"
+        if bad:
+            a, _ = bad[0]
+            names = (type(a).__name__,) if isinstance(a, (bool, np.bool_)) or not isinstance(
+                a, (int, np.integer)) else (str(int(a)),)
+        label = f"allocate_state{tuple(args)!r}"
+
+        def call():
+            return lm.allocate_state(*args)
+
+        def check(s):
+            assert s.length == 0 and s.kt.shape[1] == int(args[0]) and s.max_tokens == int(args[1])
+            assert not s.kt.any() and not s.v.any()
+    elif kind in (1, 2):  # save_state: a good save, or a hostile path / state over an old file
+        checkpoint.save(path, {"old": np.arange(3, dtype=F32)})
+        old = open(path, "rb").read()
+        what = int(rng.integers(0, 3)) if kind == 2 else 0
+        target, state = path, st
+        if what == 1:
+            target, lab, exp = _hostile_path(rng, tmp, True)
+            expect = exp
+            names = ("path",) if lab in ("bytes", "not a path", "empty", "NUL") else \
+                (repr(os.fspath(target)) if isinstance(target, (str, os.PathLike)) else "path",)
+            label = f"save_state to {lab}"
+        elif what == 2:
+            state = _pick(rng, [None, "s", _lm("b", prof, fmt).allocate_state(1, 2)])
+            names = (type(state).__name__,) if not hasattr(state, "kt") else ("another model",)
+            label = f"save_state of {type(state).__name__}"
+        else:
+            expect, label = "ok", "save_state over an old file"
+
+        def call():
+            return lm.save_state(target, state)
+
+        def check(res):
+            if target is path:
+                s2 = lm.resume(path)
+                assert s2.length == st.length and np.array_equal(s2.kt.view(np.uint32),
+                                                                 st.kt.view(np.uint32))
+
+        def after():
+            if target is not path or expect != "ok":
+                assert open(path, "rb").read() == old, "a failed save_state changed the old file"
+            _model_ok(lm, "a", prof, fmt)()
+    else:  # resume
+        lm.save_state(path, st)
+        resumer = lm
+        if kind == 3:
+            expect, label = "ok", "resume a good file"
+        elif kind == 4:
+            data = open(path, "rb").read()
+            cut = int(rng.integers(0, len(data)))
+            open(path, "wb").write(data[:cut])
+            label, names = f"truncated at {cut}/{len(data)}", (repr(path),)
+        elif kind == 5:
+            data = bytearray(open(path, "rb").read())
+            for _ in range(int(rng.integers(1, 4))):
+                data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
+            open(path, "wb").write(bytes(data))
+            expect, label, names = "any", "bytes flipped", (repr(path),)
+        elif kind == 6:
+            c = lm.config
+            m = np.array([st.length, B, T, c.num_hidden_layers, c.num_key_value_heads,
+                          c.head_dim, c.hidden_size, c.vocab_size], F32)
+            i, v = _pick(rng, [(0, -1), (0, T + 1), (0, 1.5), (0, np.nan), (1, 0), (2, 0),
+                               (1, np.inf), (3, 2), (7, 99), (2, 1e30), (0, 2 ** 25)])
+            m[i] = v
+            if rng.random() < 0.2:
+                m = m[:-1]
+            _state_file(path, lm, st, tensors={"state.meta": m})
+            label, names = f"meta[{i}] = {v}", ("state.meta", "the state says length")
+        elif kind == 7:
+            nm = _pick(rng, ["state.kt", "state.v"])
+            a = getattr(st, nm[6:])
+            edit = _pick(rng, ["shape", "bf16", "rank"])
+            rep = {"shape": lambda: np.zeros(a.shape[:-1] + (a.shape[-1] + 1,), F32),
+                   "bf16": lambda: BF16Weight(np.zeros((3, 4), np.uint16)),
+                   "rank": lambda: np.zeros(a.shape[1:], F32)}[edit]()
+            _state_file(path, lm, st, tensors={nm: rep})
+            label, names = f"{nm} {edit}", (nm,)
+        elif kind == 8:
+            how = _pick(rng, ["drop", "extra", "plain"])
+            if how == "drop":
+                nm = _pick(rng, list(C._STATE_TENSORS))
+                _state_file(path, lm, st, drop=(nm,))
+                names = ("tensors",)
+            elif how == "extra":
+                _state_file(path, lm, st, tensors={"state.extra": np.zeros(2, F32)})
+                names = ("state.extra",)
+            else:  # the same tensors saved as a plain checkpoint: no state metadata
+                checkpoint.save(path, {"state.kt": st.kt, "state.v": st.v,
+                                       "state.meta": np.zeros(8, F32)}, numeric_profile=prof)
+                names = ("generation state",)
+            label = f"tensors {how}"
+        elif kind == 9:
+            key, val = _pick(rng, [(C.STATE_MODEL_KEY, "llama:1:2:3:4:5:6:7"),
+                                   (C.STATE_MODEL_KEY, None),
+                                   (C.STATE_FORMAT_KEY, [f for f in FORMATS if f != fmt][0]),
+                                   (C.STATE_FORMAT_KEY, None), (C.STATE_KIND_KEY, "v0"),
+                                   (C.STATE_KIND_KEY, None)])
+            _state_file(path, lm, st, extra={key: val})
+            label = f"metadata {key}={val!r}"
+            names = (repr(val),)
+        elif kind == 10:
+            other = _pick(rng, [("b", prof, fmt), ("a", [p for p in PROFILES if p != prof][0], fmt),
+                                ("a", prof, [f for f in FORMATS if f != fmt][0])])
+            olm = _lm(*other)
+            olm.save_state(path, olm.allocate_state(1, 3))
+            label = f"a state of {other}"
+            names = ("another model",) if other[0] == "b" else (other[1],) if other[1] != prof \
+                else (other[2],)
+        elif kind == 11:
+            resumer = _lm("a", prof, fmt, max_positions=max(1, T - 1))
+            label, names = f"into max_positions {T - 1}", ("max_positions",)
+            after = _model_ok(resumer, "a", prof, fmt)
+        elif kind == 12:
+            path = _pick(rng, [os.path.join(_tiny("a")["path"], "model.safetensors"),
+                               os.path.join(tmp, "missing.safetensors"), tmp, None, 3])
+            label = f"resume {path if not isinstance(path, str) else os.path.basename(path)!r}"
+            names = (repr(path),) if isinstance(path, str) else ("path",)
+        else:
+            expect, label = "ok", "resume, then a refused step, then resume again"
+
+        def call():
+            s = resumer.resume(path)
+            if kind == 13:
+                try:
+                    resumer.step(np.full((B, 1), -1), s)
+                except ValueError:
+                    pass
+                s = resumer.resume(path)
+            return s
+
+        def check(s):
+            assert s.length == P and s.batch_size == B and s.max_tokens == T, repr(s)
+            if P < T:
+                nxt = np.full((B, 1), 3, np.int64)
+                _same_logits(lm.step(nxt, s), lm.step(nxt, st), "a step of the resumed state")
+        if expect != "ok":
+            check = None
+    return Case(f"models.state {prof} {fmt} B={B} T={T} P={P} {label}", call, expect, check,
+                names, after=None if expect == "ok" else after)
+
+
+def _write_dir(d, cfg_text, tensors, shards=None):
+    """A model directory: config.json as given, the tensors in model.safetensors or, with
+    ``shards`` (name -> shard file), in shards named by model.safetensors.index.json."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as fh:
+        fh.write(cfg_text)
+    if shards is None:
+        save_file(tensors, os.path.join(d, "model.safetensors"))
+        return
+    by = {}
+    for name, t in tensors.items():
+        by.setdefault(shards[name], {})[name] = t
+    for shard, ts in by.items():
+        save_file(ts, os.path.join(d, shard))
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as fh:
+        json.dump({"metadata": {}, "weight_map": shards}, fh)
+
+
+_CONFIG_FAULTS = [
+    ("vocab_size", 0), ("vocab_size", -1), ("vocab_size", 1.5), ("vocab_size", "23"),
+    ("vocab_size", True), ("vocab_size", 10 ** 30), ("hidden_size", 0), ("hidden_size", 15),
+    ("num_hidden_layers", 10 ** 9), ("num_hidden_layers", 0), ("num_attention_heads", 3),
+    ("num_key_value_heads", 3), ("num_key_value_heads", 0), ("head_dim", 7), ("head_dim", 2048),
+    ("head_dim", 4), ("intermediate_size", 23), ("rms_norm_eps", -1.0), ("rms_norm_eps", 0),
+    ("rms_norm_eps", float("nan")), ("rope_theta", 0), ("rope_theta", "x"),
+    ("rope_theta", 10 ** 400), ("max_position_embeddings", 0), ("tie_word_embeddings", "yes"),
+    ("tie_word_embeddings", False), ("rope_scaling", {"type": "linear", "factor": 2.0}),
+    ("hidden_act", "gelu"), ("model_type", "gpt2"), ("model_type", None),
+    ("rope_parameters", {"rope_type": "default", "rope_theta": "x"}),
+    ("rope_parameters", {"rope_type": "yarn"}), ("rope_parameters", 3),
+    ("quantization_config", {"quant_method": "gptq"}), ("mlp_bias", True),
+]
+
+
+def _ref_forward(lm_or_path, variant="a"):
+    from mojolearn.models import CausalLM
+
+    ids = np.array([[0, 3, 9, 22], [5, 5, 1, 2]], np.int64)
+    lm = CausalLM.load(lm_or_path) if isinstance(lm_or_path, str) else lm_or_path
+    return lm.forward(ids), _lm(variant).forward(ids)
 
 
 def gen_models_load(rng, tmp):
-    """CausalLM.load on hostile paths, configs and files: a refusal by name or a model."""
+    """CausalLM.load: config fields out of range or not computed, config.json that is not
+    JSON, safetensors truncated or flipped, a tensor of the wrong shape or dtype, missing
+    or extra tensors, sharded indexes naming a missing shard (or escaping the directory,
+    or a tensor twice), GGUF files truncated, empty or flipped, hostile paths and load
+    arguments; a good directory or GGUF loads to the reference model's bits."""
     import json
 
     from mojolearn.models import CausalLM
 
-    t = _tiny_model(tmp)
+    t = _tiny("a")
     d = os.path.join(str(tmp), f"m{int(rng.integers(0, 1 << 30))}")
-    os.makedirs(d, exist_ok=True)
     cfg = dict(t["cfg"])
-    kind = int(rng.integers(0, 8))
-    if kind == 1:
-        cfg[_pick(rng, ["rope_scaling", "sliding_window", "hidden_act", "model_type",
-                        "num_key_value_heads", "head_dim", "rope_parameters"])] = _pick(
-            rng, [{"type": "linear"}, 3, "gelu", "gpt2", 0, -1, None, {"rope_type": "yarn"}])
-    with open(os.path.join(d, "config.json"), "w") as fh:
-        fh.write("{broken" if kind == 2 else json.dumps(cfg))
-    data = open(os.path.join(t["path"], "model.safetensors"), "rb").read()
-    if kind == 3:
-        data = data[: int(rng.integers(0, len(data)))]
+    w = dict(t["w"])
+    kind = int(rng.integers(0, 16))
+    expect, names, path, shards, kw = "error", (), d, None, {}
+    cfg_text = None
+    label = ""
+    write = kind < 9 or kind == 15  # kinds 9..14 write their own files
+    if kind == 0:
+        expect, label = "ok", "good directory"
+    elif kind == 1:
+        field_, v = _pick(rng, _CONFIG_FAULTS)
+        cfg[field_] = v
+        label = f"config {field_}={v!r:.30}"
+        names = (field_, "tensor")  # a computable config the tensors do not fit: a tensor's shape
+        if (field_, v) == ("tie_word_embeddings", False):
+            names = ("lm_head.weight",)  # an untied config needs the head
+        elif field_ == "num_hidden_layers" and v == 10 ** 9:
+            names = ("model.layers.1.",)  # refused at the first missing layer, at once
+    elif kind == 2:
+        cfg_text = _pick(rng, ["{broken", "", "[1, 2]", "null", '{"model_type": "llama"}',
+                               "[" * 100000])
+        label, names = f"config.json {cfg_text[:12]!r}", ("config",)
+    elif kind == 3:
+        name = _pick(rng, sorted(w))
+        sh = w[name].shape
+        w[name] = _pick(rng, [np.zeros(sh[:-1] + (sh[-1] + 1,), F32), np.zeros(sh[::-1] + (1,), F32),
+                              np.zeros((2,), F32)])
+        label, names = f"{name} shape {w[name].shape}", (name,)
     elif kind == 4:
-        b = bytearray(data)
-        for _ in range(8):
-            b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
-        data = bytes(b)
+        name = _pick(rng, sorted(w))
+        w[name] = w[name].astype(_pick(rng, [np.int32, np.float64, np.int8]))
+        label, names = f"{name} dtype {w[name].dtype}", (name,)
     elif kind == 5:
-        data = (10 ** 15).to_bytes(8, "little") + data[8:]
-    with open(os.path.join(d, "model.safetensors"), "wb") as fh:
-        fh.write(data)
-    path = {6: os.path.join(d, "missing"), 7: _pick(rng, [None, 3, b"x", ""])}.get(kind, d)
-    return Case(f"models.load kind={kind}", lambda: CausalLM.load(path), "any", None,
-                ("model", "config", "path", "tensor", "file", "rope", "model_type", "head",
-                 "safetensors"))
+        name = _pick(rng, sorted(w))
+        del w[name]
+        label, names = f"missing {name}", (name,)
+    elif kind == 6:
+        w["model.extra.weight"] = np.zeros(3, F32)
+        expect, label = "ok", "an extra tensor"
+    elif kind in (7, 8):
+        names_ = sorted(w)
+        shards = {n: f"model-0000{1 + i % 2}-of-00002.safetensors" for i, n in enumerate(names_)}
+        label = "sharded"
+        if kind == 7:
+            expect = "ok"
+        else:
+            fault = int(rng.integers(0, 5))
+            if fault == 0:
+                gone = "model-00002-of-00002.safetensors"
+                label, names = "an index naming a missing shard", (gone,)
+            elif fault == 1:
+                label, names = "an index that is not JSON", ("model.safetensors.index.json",)
+            elif fault == 2:
+                label, names = "weight_map a list", ("weight_map",)
+            elif fault == 3:
+                shards[names_[0]] = "../escape.safetensors"
+                label, names = "a shard outside the directory", ("../escape.safetensors",)
+            else:
+                label, names = "a tensor in two shards", ("more than one shard",)
+    elif kind in (9, 10, 11):
+        data = open(os.path.join(t["path"], "model.safetensors"), "rb").read()
+        if kind == 9:
+            cut = int(rng.integers(0, len(data)))
+            data, label = data[:cut], f"safetensors cut at {cut}"
+            names = ("model.safetensors",)
+        elif kind == 10:
+            b = bytearray(data)
+            for _ in range(int(rng.integers(1, 9))):
+                b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+            data, expect, label = bytes(b), "any", "safetensors bytes flipped"
+            names = ("model", "tensor", "config")
+        else:
+            hdr = _pick(rng, [b'{"x": {"dtype": "F32", "shape": [-1, 2], "data_offsets": [0, 8]}}',
+                              b'{"x": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}}',
+                              b'{"x": {"dtype": "F32", "shape": [4294967296, 4294967296], '
+                              b'"data_offsets": [0, 0]}}',
+                              b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": ["0", 8]}}',
+                              b'{"x": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}}',
+                              b"[" * 5000])
+            data = len(hdr).to_bytes(8, "little") + hdr + b"\0" * 8
+            label, names = f"crafted header {hdr[:30]!r}", ("model.safetensors",)
+        _write_dir(d, json.dumps(cfg), {})
+        with open(os.path.join(d, "model.safetensors"), "wb") as fh:
+            fh.write(data)
+    elif kind in (12, 13):
+        data = open(t["gguf"], "rb").read()
+        path = os.path.join(str(tmp), "m.gguf")
+        if kind == 12:
+            expect, label = "ok", "GGUF"
+        else:
+            how = int(rng.integers(0, 3))
+            if how == 0:
+                cut = int(rng.integers(0, len(data)))
+                data, label = data[:cut], f"GGUF cut at {cut}/{len(data)}"
+            elif how == 1:
+                data, label = b"", "empty GGUF"
+            else:
+                b = bytearray(data)
+                for _ in range(int(rng.integers(1, 9))):
+                    b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+                data, label, expect = bytes(b), "GGUF bytes flipped", "any"
+            names = ("m.gguf",)
+        with open(path, "wb") as fh:
+            fh.write(data)
+    elif kind == 14:
+        path = _pick(rng, [os.path.join(d, "missing"), None, 3, b"x", "", "a\0b",
+                           os.path.join(t["path"], "config.json")])
+        label = f"path {path!r:.40}"
+        names = ("path", "model") if not isinstance(path, str) or not path or "\0" in path \
+            else (repr(path),)
+    else:
+        k, v = _pick(rng, [("weight_format", "int4"), ("weight_format", None),
+                           ("numeric_profile", "int8_v1"), ("numeric_profile", "nope"),
+                           ("max_positions", 0), ("max_positions", 8193), ("max_positions", 1.5),
+                           ("max_positions", True), ("max_positions", 8)])
+        kw = {k: v}
+        expect = "ok" if v == 8 else "error"
+        label = f"{k}={v!r}"
+        names = (k, repr(v)) if not isinstance(v, str) else (repr(v), k)
+        if k == "numeric_profile":
+            names = (repr(v), v)
+    if write:
+        _write_dir(d, json.dumps(cfg) if cfg_text is None else cfg_text, w, shards)
+        if kind == 8:
+            idx = os.path.join(d, "model.safetensors.index.json")
+            if fault == 0:
+                os.unlink(os.path.join(d, "model-00002-of-00002.safetensors"))
+            elif fault == 1:
+                open(idx, "w").write("{no")
+            elif fault == 2:
+                open(idx, "w").write(json.dumps({"weight_map": list(shards)}))
+            elif fault == 4:
+                from safetensors.numpy import save_file
 
+                n0 = [n for n, s in shards.items() if s.endswith("1-of-00002.safetensors")][0]
+                part1 = os.path.join(d, "model-00001-of-00002.safetensors")
+                mine = {n: t["w"][n] for n, s in shards.items() if s == os.path.basename(part1)}
+                save_file(mine, part1)
+                part2 = os.path.join(d, "model-00002-of-00002.safetensors")
+                theirs = {n: t["w"][n] for n, s in shards.items() if s == os.path.basename(part2)}
+                theirs[n0] = t["w"][n0]
+                save_file(theirs, part2)
+
+    def call():
+        return CausalLM.load(path, **kw)
+
+    def check(lm):
+        ids = np.array([[0, 3, 9, 22], [5, 5, 1, 2]], np.int64)
+        _same_logits(lm.forward(ids), _lm("a").forward(ids), f"{label} vs the reference model")
+
+    return Case(f"models.load {label}", call, expect, check if expect == "ok" else None, names)
+
+
+def gen_models_constructor(rng, tmp):
+    """ModelConfig.from_dict / from_file and the CausalLM constructor: config fields out
+    of range, weights that are not float32 arrays, of the wrong shape, missing, under a
+    non-str name, not a dict; a good call gives the reference model's bits and leaves the
+    caller's dict as it was."""
+    import json
+
+    from mojolearn.models import CausalLM, ModelConfig
+
+    t = _tiny("a")
+    cfg = dict(t["cfg"])
+    w = dict(t["w"])
+    prof, fmt = _pick(rng, PROFILES), _pick(rng, FORMATS)
+    kind = int(rng.integers(0, 9))
+    expect, names, label = "error", (), ""
+    config_arg = _FROM_DICT = object()
+    if kind == 0:
+        expect, label = "ok", "valid"
+    elif kind == 1:
+        field_, v = _pick(rng, _CONFIG_FAULTS)
+        cfg[field_] = v
+        label, names = f"config {field_}={v!r:.30}", (field_, "tensor")
+        if (field_, v) == ("tie_word_embeddings", False):
+            names = ("lm_head.weight",)
+        elif field_ == "num_hidden_layers" and v == 10 ** 9:
+            names = ("model.layers.1.",)
+    elif kind == 2:
+        name = _pick(rng, sorted(w))
+        v = _pick(rng, ["f64", "list", "int", "none", "str"])
+        w[name] = {"f64": w[name].astype(np.float64), "list": w[name].tolist(),
+                   "int": w[name].astype(np.int32), "none": None, "str": "w"}[v]
+        label, names = f"{name} as {v}", (name,)
+    elif kind == 3:
+        name = _pick(rng, sorted(w))
+        w[name] = w[name][..., :-1]
+        label, names = f"{name} cut", (name,)
+    elif kind == 4:
+        w[_pick(rng, [3, None, b"x", ("a",)])] = np.zeros(2, F32)
+        label, names = "a non-str name", ("str",)
+    elif kind == 5:
+        config_arg = _pick(rng, [dict(cfg), None, "cfg", 3])
+        label, names = f"config {type(config_arg).__name__}", ("ModelConfig",)
+    elif kind == 6:
+        w = _pick(rng, [list(w.items()), None, "w"])
+        label, names = f"weights {type(w).__name__}", ("dict",)
+    elif kind == 7:  # from_file
+        p = _pick(rng, [os.path.join(tmp, "none.json"), tmp, None, 3, b"x", "a\0b",
+                        os.path.join(t["path"], "model.safetensors")])
+        label = f"from_file {p!r:.40}"
+        names = ("path",) if not isinstance(p, str) or "\0" in p else (repr(p),)
+
+        def call():
+            return ModelConfig.from_file(p)
+        return Case(f"models.ModelConfig {label}", call, "error", None, names)
+    else:
+        p = os.path.join(tmp, "config.json")
+        with open(p, "w") as fh:
+            json.dump(cfg, fh)
+
+        def call():
+            return ModelConfig.from_file(p)
+
+        def check(c):
+            assert c == ModelConfig.from_dict(cfg)
+        return Case("models.ModelConfig from_file valid", call, "ok", check)
+    keep = dict(w) if isinstance(w, dict) else None
+
+    def call():
+        c = ModelConfig.from_dict(cfg) if config_arg is _FROM_DICT else config_arg
+        return CausalLM(c, w, numeric_profile=prof, weight_format=fmt)
+
+    def check(lm):
+        ids = np.array([[0, 3, 9, 22], [5, 5, 1, 2]], np.int64)
+        _same_logits(lm.forward(ids), _lm("a", prof, fmt).forward(ids), "constructed vs loaded")
+
+    def after():
+        assert keep is None or (w.keys() == keep.keys() and all(w[k] is keep[k] for k in keep)), \
+            "the constructor changed the caller's weights dict"
+
+    return Case(f"models.CausalLM {prof} {fmt} {label}", call, expect, check, names, after=after)
+
+
+def _block_oracle(bw, nh, kvh, eps, theta, x, prof):
+    """One Llama block at positions 0.. in the oracle's arithmetic (tests/model_oracle.py)."""
+    from tests import model_oracle as MO
+
+    B, L, d = x.shape
+    hd = bw["self_attn.q_proj.weight"].shape[0] // nh
+    xs = x.reshape(B * L, d).astype(F32)
+    cos, sin = MO.rope_table(max(L, 1), hd, F32(theta))
+    h = MO.rmsnorm(xs, bw["input_layernorm.weight"], F32(eps))
+    q, k, v = (MO.proj(h, bw[f"self_attn.{n}_proj.weight"], prof) for n in "qkv")
+    ctx = np.empty((B * L, nh * hd), F32)
+    pos = np.tile(np.arange(L), B)
+    for b in range(B):
+        r = slice(b * L, (b + 1) * L)
+        for hh in range(nh):
+            g = hh // (nh // kvh)
+            qh = MO.rope(q[r, hh * hd:(hh + 1) * hd], cos, sin, pos[r])
+            kh = MO.rope(k[r, g * hd:(g + 1) * hd], cos, sin, pos[r])
+            ctx[r, hh * hd:(hh + 1) * hd] = MO.attention(qh, kh, v[r, g * hd:(g + 1) * hd], 0,
+                                                         prof, hd)
+    xs = MO.add(xs, MO.proj(ctx, bw["self_attn.o_proj.weight"], prof))
+    h2 = MO.rmsnorm(xs, bw["post_attention_layernorm.weight"], F32(eps))
+    gg = MO.proj(h2, bw["mlp.gate_proj.weight"], prof)
+    uu = MO.proj(h2, bw["mlp.up_proj.weight"], prof)
+    xs = MO.add(xs, MO.proj(MO.silu_mul(gg, uu), bw["mlp.down_proj.weight"], prof))
+    return xs.reshape(B, L, d)
+
+
+def gen_models_block(rng, tmp):
+    """TransformerBlock: hostile head counts, head_dim, eps, theta, max_positions,
+    qkv_bias, weights (a bias without qkv_bias, unknown names, wrong shapes or dtypes,
+    missing), profile and format; forward on hostile x; a good block gives the oracle's
+    bits, and after a refused forward a fresh block's."""
+    from mojolearn.models import TransformerBlock
+
+    t = _tiny("a")
+    cfg = t["cfg"]
+    bw = {k[len("model.layers.0."):]: v for k, v in t["w"].items() if k.startswith("model.layers.0.")}
+    prof = _pick(rng, PROFILES)
+    kw = dict(n_heads=2, n_kv_heads=1, rms_norm_eps=1e-5, rope_theta=10000.0, max_positions=16,
+              numeric_profile=prof)
+    d = cfg["hidden_size"]
+    B, L = int(rng.integers(0, 3)), int(rng.integers(0, 6))
+    x = rand_f32(rng, (B, L, d)) if rng.random() < 0.2 else \
+        rng.standard_normal((B, L, d)).astype(F32)
+    kind = int(rng.integers(0, 12))
+    expect, names, label, xin = "error", (), "", x
+    if kind in (0, 1, 2):
+        expect, label = "ok", "valid"
+    elif kind == 3:
+        k, v = _pick(rng, [("n_heads", 0), ("n_heads", -1), ("n_heads", 1.5), ("n_heads", True),
+                           ("n_heads", "2"), ("n_heads", None), ("n_heads", 3), ("n_kv_heads", 0),
+                           ("n_kv_heads", 3), ("head_dim", 0), ("head_dim", 3), ("head_dim", 2048),
+                           ("head_dim", 6)])
+        kw[k] = v
+        label = f"{k}={v!r}"
+        names = (k, "head_dim", "rows") if k != "head_dim" or v != 6 else ("shape",)
+    elif kind == 4:
+        k, v = _pick(rng, [("rms_norm_eps", 0), ("rms_norm_eps", -1e-5), ("rms_norm_eps", np.nan),
+                           ("rms_norm_eps", np.inf), ("rms_norm_eps", "x"), ("rms_norm_eps", True),
+                           ("rope_theta", 0), ("rope_theta", 10 ** 400), ("rope_theta", None),
+                           ("max_positions", 0), ("max_positions", 8193), ("max_positions", 1.5),
+                           ("qkv_bias", 1), ("qkv_bias", "no"), ("weight_format", "int4"),
+                           ("numeric_profile", "int8_v1")])
+        kw[k] = v
+        label, names = f"{k}={v!r}", (k, repr(v))
+        if k == "numeric_profile":
+            names = ("int8_v1",)
+    elif kind == 5:
+        bw = dict(bw)
+        how = _pick(rng, ["bias", "unknown", "missing"])
+        if how == "bias":
+            bw["self_attn.q_proj.bias"] = np.zeros(16, F32)
+            names = ("self_attn.q_proj.bias",)
+        elif how == "unknown":
+            bw["mlp.extra.weight"] = np.zeros(2, F32)
+            names = ("mlp.extra.weight",)
+        else:
+            n = _pick(rng, sorted(bw))
+            del bw[n]
+            names = (n,)
+        label = f"weights {how}"
+    elif kind == 6:
+        bw = dict(bw)
+        n = _pick(rng, sorted(bw))
+        sh = bw[n].shape
+        bw[n] = _pick(rng, [np.zeros(sh[:-1] + (sh[-1] + 2,), F32), np.zeros(sh[::-1] + (1,), F32),
+                            bw[n].astype(np.float64), np.zeros((0,) + sh[1:], F32)])
+        label, names = f"{n} {bw[n].dtype} {bw[n].shape}", (n, "expected")
+    elif kind == 7:
+        bw = _pick(rng, [None, list(bw.items()), "w"])
+        label, names = f"weights {type(bw).__name__}", ("dict",)
+    else:
+        xin = _pick(rng, [x.astype(np.float64), x.astype(np.float16), x[..., :-1],
+                          x.reshape(-1, d) if x.size else np.zeros((1, d), F32), None, "x",
+                          rng.standard_normal((1, 17, d)).astype(F32), x.astype(np.int32)])
+        a = np.asarray(xin) if xin is not None and not isinstance(xin, str) else None
+        label = f"x {type(xin).__name__} {getattr(a, 'dtype', '')} {getattr(a, 'shape', '')}"
+        if a is None:
+            names = ("dtype",)
+        elif a.dtype != F32:
+            names = (str(a.dtype),)
+        elif a.ndim == 3 and a.shape[1] == 17:
+            names = ("length 17",)
+        else:
+            names = (str(a.shape),)
+
+    def build():
+        return TransformerBlock(bw, **kw)
+
+    if kind <= 7:
+        def call():
+            blk = build()
+            return blk, blk(xin)
+    else:
+        blk = build()
+
+        def call():
+            return blk(xin)
+
+    def check(res):
+        blk_, out = res
+        assert out.dtype == F32 and out.shape == x.shape
+        if x.size:
+            _same_as_oracle(out, _block_oracle(bw, 2, 1, 1e-5, 10000.0, x, prof), "block vs oracle")
+
+    def after():
+        x2 = rng.standard_normal((1, 3, d)).astype(F32)
+        _same_logits(blk(x2), build()(x2), "the block after a refused forward vs a fresh one")
+
+    return Case(f"models.block {prof} {B}x{L} {label}", call, expect, check, names,
+                after=after if kind > 7 else None)
+
+
+def gen_models_tokenizer(rng, tmp):
+    """Tokenizer.load / encode / decode / check_model: hostile paths, texts and ids
+    (floats, bools, outside the vocabulary, 2-D); good calls give the tokenizers
+    package's own answers."""
+    from mojolearn.models import Tokenizer
+
+    t = _tiny("a")
+    vocab = t["cfg"]["vocab_size"]
+    tok = Tokenizer.load(t["tokenizer"])
+    n = int(rng.integers(1, 6))
+    ids = rng.integers(0, vocab, size=(1, n))
+    kind = int(rng.integers(0, 8))
+    if kind == 0:
+        p = _pick(rng, [None, 3, b"x", "", "a\0b", os.path.join(tmp, "none.json"), tmp,
+                        os.path.join(t["path"], "config.json"),
+                        os.path.join(t["path"], "model.safetensors")])
+        if p in (os.path.join(t["path"], "config.json"), os.path.join(t["path"], "model.safetensors")):
+            names = (repr(p),)
+        elif not isinstance(p, str) or "\0" in p:
+            names = ("path",)
+        else:
+            names = (repr(os.path.join(p, "tokenizer.json") if p == tmp else p),)
+        return Case(f"models.Tokenizer.load {p!r:.40}", lambda: Tokenizer.load(p), "error",
+                    None, names)
+    if kind == 1:
+        v = _pick(rng, [None, 3, b"w1", ["w1"]])
+        return Case(f"models.Tokenizer.encode {type(v).__name__}", lambda: tok.encode(v),
+                    "error", None, ("text",))
+    if kind == 2:
+        text = " ".join(f"w{i}" for i in ids[0])
+
+        def check(got):
+            assert got == ids[0].tolist(), (got, ids)
+        return Case("models.Tokenizer.encode valid", lambda: tok.encode(text), "ok", check)
+    if kind == 3:
+        obj, how = _ids_form(rng, ids)
+        if np.ndim(obj) == 2:  # one sequence of the same form
+            obj = list(obj[0]) if isinstance(obj, (list, tuple)) else np.asarray(obj)[0]
+
+        def check(got):
+            assert got == tok._tk.decode(ids[0].tolist(), skip_special_tokens=False)
+        return Case(f"models.Tokenizer.decode {how}", lambda: tok.decode(obj), "ok", check)
+    if kind in (4, 5):
+        obj, label, names = _ids_bad(rng, ids, vocab)
+        if label.endswith(" tokens"):  # long is fine for a tokenizer: make it 2-D
+            obj, label, names = ids.reshape(1, 1, -1)[0], "2-D", (str((1, n)),)
+            obj = np.vstack([obj, obj])
+            names = (str(obj.shape),)
+        elif label.startswith("empty"):  # no id is a valid text (""): make it 2-D
+            obj, names = np.zeros((2, 0), np.int64), ("(2, 0)",)
+        elif isinstance(obj, list) and len(obj) == 1 and isinstance(obj[0], list):
+            obj = obj[0]
+        elif isinstance(obj, np.ndarray) and obj.ndim == 2 and obj.shape[0] == 1:
+            obj = obj[0]
+        if isinstance(obj, list) and obj and all(isinstance(r, list) for r in obj):
+            names = names + ("shape (1, 1)",)  # [[1]] left after the one id became [1]
+        return Case(f"models.Tokenizer.decode {label}", lambda: tok.decode(obj), "error",
+                    None, names)
+    if kind == 6:
+        m = _pick(rng, [None, "lm", object()])
+        return Case(f"models.Tokenizer.check_model {type(m).__name__}",
+                    lambda: tok.check_model(m), "error", None, ("CausalLM",))
+    return Case("models.Tokenizer.check_model of the model", lambda: tok.check_model(_lm("a")),
+                "ok", lambda r: None)
+
+
+
+# ---------------------------------------------------------------- the table
 
 ENTRIES = [
     ("linalg.matmul", gen_matmul),
@@ -1247,7 +2422,14 @@ ENTRIES = [
     ("set_num_threads", gen_threads),
     ("env", gen_env),
     ("models.forward", gen_models_forward),
+    ("models.step", gen_models_step),
+    ("models.generate", gen_models_generate),
+    ("models.generate_text", gen_models_generate_text),
+    ("models.state", gen_models_state),
     ("models.load", gen_models_load),
+    ("models.CausalLM/ModelConfig", gen_models_constructor),
+    ("models.TransformerBlock", gen_models_block),
+    ("models.Tokenizer", gen_models_tokenizer),
 ]
 
 

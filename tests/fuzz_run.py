@@ -83,6 +83,13 @@ def run_case(entry, seed, tmp):
             raise
         exc = e
     why = judge(case, exc, result)
+    if why is None and case.after is not None:
+        try:
+            case.after()
+        except AssertionError as e:
+            why = f"after the call: {str(e)[:1500]}"
+        except Exception:
+            why = f"after the call, the check failed:\n{traceback.format_exc()[-1500:]}"
     return case.label, ("raised" if exc is not None else "returned"), why
 
 
@@ -212,6 +219,7 @@ def main(argv=None):
         _worker(args)
         return 0
     if args.replay:
+        sys.path[:0] = [str(ROOT / "python"), str(ROOT)]  # as the children have it
         tmp = tempfile.mkdtemp(prefix="mlfuzz-replay-")
         try:
             label, kind, why = run_case(args.replay[0], int(args.replay[1]), tmp)

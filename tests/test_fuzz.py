@@ -4,9 +4,11 @@ values), with random shapes, strides, dtypes, broadcast views, out= faults,
 quantized tuples with wrong parts, truncated/corrupt/huge-headered files and
 hostile paths. Every answer must be the oracle's bits (tests/oracle.py) or a
 built-in exception whose message starts with "mojolearn" and names the argument.
+And (issue 33) every public entry of mojolearn.models on tiny models the table
+writes: hostile ids, states, checkpoints and generation arguments; after each
+refusal the model and its state must still give a fresh model's bits.
 
-The table of entries is tests/fuzz_cases.py (ENTRIES: (name, generator) pairs;
-a models entry is one more pair). The cases run in a few child processes
+The table of entries is tests/fuzz_cases.py (ENTRIES: (name, generator) pairs). The cases run in a few child processes
 (tests/fuzz_run.py), so a crash or a hang fails this test naming the case and
 its replay command instead of killing the run. The long run is `make fuzz`
 (FUZZ_EXAMPLES cases per entry, default 400; it prints the count per entry).
@@ -20,7 +22,7 @@ import pytest
 from tests import fuzz_run
 from tests.fuzz_cases import ENTRIES
 
-SHORT_EXAMPLES = 15  # per entry: 22 entries -> 330 cases, a few seconds
+SHORT_EXAMPLES = 15  # per entry: 32 entries -> 480 cases
 
 
 def test_fuzz_short_run():
@@ -55,6 +57,47 @@ def test_every_public_entry_is_in_the_table():
             assert key in names or covered.get(key) in names, f"{key} has no fuzz generator"
     assert "profiles" in names and "set_num_threads" in names and "env" in names
     assert callable(mojolearn.set_num_threads) and profiles.resolve
+
+
+def test_every_public_model_entry_is_in_the_table():
+    """Every public name of mojolearn.models, and every public method of the model
+    classes, has a generator in the table (by the entry that calls it)."""
+    import inspect
+
+    from mojolearn import models
+
+    names = {n for n, _ in ENTRIES}
+    covered = {
+        "CausalLM.load": "models.load", "CausalLM.forward": "models.forward",
+        "CausalLM.__call__": "models.forward", "CausalLM.step": "models.step",
+        "CausalLM.allocate_state": "models.state", "CausalLM.save_state": "models.state",
+        "CausalLM.resume": "models.state", "CausalLM.generate": "models.generate",
+        "CausalLM.generate_text": "models.generate_text",
+        "CausalLM.nbytes": None,  # no argument
+        "CausalLM.held": None,  # no argument
+        "CausalLM": "models.CausalLM/ModelConfig", "ModelConfig": "models.CausalLM/ModelConfig",
+        "ModelConfig.from_dict": "models.CausalLM/ModelConfig",
+        "ModelConfig.from_file": "models.CausalLM/ModelConfig",
+        "ModelConfig.fingerprint": None,  # no argument
+        "GenerationState": "models.step",  # made by allocate_state; fields changed there
+        "TransformerBlock": "models.TransformerBlock",
+        "TransformerBlock.forward": "models.TransformerBlock",
+        "TransformerBlock.__call__": "models.TransformerBlock",
+        "Tokenizer": "models.Tokenizer", "Tokenizer.load": "models.Tokenizer",
+        "Tokenizer.encode": "models.Tokenizer", "Tokenizer.decode": "models.Tokenizer",
+        "Tokenizer.check_model": "models.Tokenizer",
+    }
+    for name in models.__all__:
+        obj = getattr(models, name)
+        if not inspect.isclass(obj):
+            continue  # SUPPORTED, WEIGHT_FORMATS: tuples
+        entries = [name] + [f"{name}.{m}" for m in vars(obj) if not m.startswith("_")
+                            and callable(getattr(obj, m))]
+        if "__call__" in vars(obj):
+            entries.append(f"{name}.__call__")
+        for e in entries:
+            assert e in covered, f"{e} is public and has no fuzz generator"
+            assert covered[e] is None or covered[e] in names, (e, covered[e])
 
 
 def test_runner_names_a_crashing_case_and_goes_on(monkeypatch):

@@ -330,6 +330,12 @@ def save(path, weights, numeric_profile=None) -> None:
     computed in; its ``state_field`` goes into the metadata (see the module
     docstring).
     """
+    _save(path, weights, numeric_profile, None)
+
+
+def _save(path, weights, numeric_profile, extra) -> None:
+    """save, with ``extra`` (str -> str, or None) added to the file's metadata
+    beside the profile's field (mojolearn.models' generation states use it)."""
     path = _path(path, "save")
     target = _target(path)
     if not isinstance(weights, dict):
@@ -340,6 +346,8 @@ def save(path, weights, numeric_profile=None) -> None:
     metadata = None
     if numeric_profile is not None:
         metadata = dict(profiles.state_field(numeric_profile)) or None
+    if extra:
+        metadata = dict(metadata or {}, **extra)
     specs, keep = _specs(weights)
 
     directory = os.path.dirname(os.path.abspath(target))
@@ -358,6 +366,8 @@ def save(path, weights, numeric_profile=None) -> None:
                 f"mojolearn: checkpoint.save: safetensors refused to write {path!r} "
                 f"({e}); check the tensors' shapes and names"
             ) from e
+        except OSError as e:  # e.g. the disk filled part-way
+            raise _os_error("save", path, e) from None
         try:
             os.chmod(tmp, mode)  # after writing: the library may recreate the file
             with open(tmp, "rb") as f:
@@ -423,6 +433,11 @@ def load(path, numeric_profile=None) -> Checkpoint:
     """Read a checkpoint written by ``save`` (or any safetensors file of F32,
     BF16 and I8 + I32-exponent tensors). Returns ``Checkpoint(weights,
     numeric_profile)``; see the module docstring."""
+    return _load(path, numeric_profile)[0]
+
+
+def _load(path, numeric_profile=None):
+    """load, and the file's metadata (a dict) beside the Checkpoint."""
     path = _path(path, "load")
     try:
         st = os.stat(path)
@@ -500,7 +515,7 @@ def load(path, numeric_profile=None) -> Checkpoint:
                 f"{dt}; a checkpoint holds F32, BF16 and I8 (with I32 exponents) "
                 f"tensors only; convert the file's tensors to one of these first"
             )
-    return Checkpoint(weights, profile)
+    return Checkpoint(weights, profile), dict(state)
 
 
 def __dir__():

@@ -12,6 +12,13 @@ WEIGHT_FORMATS = ("float32", "bfloat16", "int8")
 MAX_POSITIONS = 8192  # rule M-7: RoPE angles >= 8192 are refused
 
 
+_BLOCK_TENSORS = ("input_layernorm.weight", "post_attention_layernorm.weight",
+                  "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                  "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                  "mlp.down_proj.weight")
+_BIAS_TENSORS = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
+
+
 def check_weight_format(weight_format):
     if not isinstance(weight_format, str):
         raise TypeError(f"mojolearn: weight_format must be a str, got {type(weight_format).__name__}")
@@ -39,7 +46,7 @@ def check_max_positions(max_positions, default):
 def _f32_2d(w, name):
     w = np.asarray(w)
     if w.dtype != np.float32:
-        raise TypeError(f"mojolearn: weight {name!r} has dtype {w.dtype}; weights are float32 "
+        raise TypeError(f"mojolearn: TransformerBlock: weight {name!r} has dtype {w.dtype}; weights are float32 "
                         f"(mojolearn never casts silently)")
     return np.ascontiguousarray(w)
 
@@ -173,37 +180,69 @@ class TransformerBlock:
     def __init__(self, weights, *, n_heads, n_kv_heads=None, head_dim=None, rms_norm_eps=1e-6,
                  rope_theta=10000.0, max_positions=2048, qkv_bias=False, weight_format="float32",
                  numeric_profile=None):
+        from ._inputs import count, flag, positive_number
+
+        f = "TransformerBlock"
         self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
                                                  use="inference", family="transformer_block")
         if not isinstance(weights, dict):
             raise TypeError(f"mojolearn: TransformerBlock: weights must be a dict, got "
                             f"{type(weights).__name__}")
         check_weight_format(weight_format)
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        q = weights.get("self_attn.q_proj.weight")
-        if q is None:
-            raise ValueError("mojolearn: TransformerBlock: weights lack 'self_attn.q_proj.weight'")
-        d = np.asarray(q).shape[1]
-        head_dim = head_dim or d // n_heads
-        if head_dim % 2 or n_heads % n_kv_heads:
-            raise ValueError(f"mojolearn: TransformerBlock: head_dim {head_dim} must be even and "
-                             f"n_heads {n_heads} a multiple of n_kv_heads {n_kv_heads}")
-        self.d, self.n_heads, self.n_kv_heads, self.head_dim = d, n_heads, n_kv_heads, head_dim
-        self.max_positions = check_max_positions(max_positions, 2048)
-        nq, nk = n_heads * head_dim, n_kv_heads * head_dim
+        n_heads = count(n_heads, f"{f}: n_heads")
+        n_kv_heads = n_heads if n_kv_heads is None else count(n_kv_heads, f"{f}: n_kv_heads")
+        if head_dim is not None:
+            head_dim = count(head_dim, f"{f}: head_dim")
+        rms_norm_eps = positive_number(rms_norm_eps, f"{f}: rms_norm_eps")
+        rope_theta = positive_number(rope_theta, f"{f}: rope_theta")
+        qkv_bias = flag(qkv_bias, f"{f}: qkv_bias")
+        known = set(_BLOCK_TENSORS) | (set(_BIAS_TENSORS) if qkv_bias else set())
+        for name in weights:
+            if name not in known:
+                extra = (" (a bias is read only with qkv_bias=True)"
+                         if name in _BIAS_TENSORS else "")
+                raise ValueError(f"mojolearn: {f}: weights hold {name!r}, which this block "
+                                 f"does not read{extra}; it reads {sorted(known)}; nothing is "
+                                 f"dropped silently")
 
         def get(name):
             w = weights.get(name)
             if w is None:
-                raise ValueError(f"mojolearn: TransformerBlock: weights lack {name!r}")
+                raise ValueError(f"mojolearn: {f}: weights lack {name!r}")
             return _f32_2d(w, name)
 
+        q = get("self_attn.q_proj.weight")
+        if q.ndim != 2 or 0 in q.shape:
+            raise ValueError(f"mojolearn: {f}: 'self_attn.q_proj.weight' has shape {q.shape}; "
+                             f"it is (n_heads * head_dim, d), d > 0")
+        d = q.shape[1]
+        if head_dim is None:
+            if q.shape[0] % n_heads:
+                raise ValueError(f"mojolearn: {f}: 'self_attn.q_proj.weight' has {q.shape[0]} "
+                                 f"rows, not a multiple of n_heads {n_heads}")
+            head_dim = q.shape[0] // n_heads
+        if head_dim % 2 or head_dim > 1024 or n_heads % n_kv_heads:
+            raise ValueError(f"mojolearn: {f}: head_dim {head_dim} must be even and <= 1024 and "
+                             f"n_heads {n_heads} a multiple of n_kv_heads {n_kv_heads}")
+        self.d, self.n_heads, self.n_kv_heads, self.head_dim = d, n_heads, n_kv_heads, head_dim
+        self.max_positions = check_max_positions(max_positions, 2048)
+        nq, nk = n_heads * head_dim, n_kv_heads * head_dim
+        gate = get("mlp.gate_proj.weight")
+        if gate.ndim != 2 or gate.shape[0] == 0:
+            raise ValueError(f"mojolearn: {f}: 'mlp.gate_proj.weight' has shape {gate.shape}; "
+                             f"it is (intermediate, d), intermediate > 0")
+        ff = gate.shape[0]
         want = {"self_attn.q_proj.weight": (nq, d), "self_attn.k_proj.weight": (nk, d),
                 "self_attn.v_proj.weight": (nk, d), "self_attn.o_proj.weight": (d, nq),
-                "input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,)}
+                "input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,),
+                "mlp.gate_proj.weight": (ff, d), "mlp.up_proj.weight": (ff, d),
+                "mlp.down_proj.weight": (d, ff)}
+        if qkv_bias:
+            want.update({"self_attn.q_proj.bias": (nq,), "self_attn.k_proj.bias": (nk,),
+                         "self_attn.v_proj.bias": (nk,)})
         for name, shape in want.items():
             if tuple(get(name).shape) != shape:
-                raise ValueError(f"mojolearn: TransformerBlock: {name!r} has shape "
+                raise ValueError(f"mojolearn: {f}: {name!r} has shape "
                                  f"{tuple(get(name).shape)}, expected {shape}")
         self._layer = Layer(get, "", n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                             eps=rms_norm_eps, profile=self.numeric_profile,
@@ -215,10 +254,18 @@ class TransformerBlock:
 
     def forward(self, x):
         """x (batch, length, d) float32 -> (batch, length, d): the block at positions 0.."""
-        x = np.asarray(x)
-        if x.dtype != np.float32 or x.ndim != 3 or x.shape[2] != self.d:
-            raise ValueError(f"mojolearn: TransformerBlock: x must be float32 of shape "
-                             f"(batch, length, {self.d}), got {x.dtype} {x.shape}")
+        try:
+            x = np.asarray(x)
+        except Exception as e:
+            raise TypeError(f"mojolearn: TransformerBlock.forward: x must be a float32 array, "
+                            f"got {type(x).__name__}, which numpy cannot read ({e})") from e
+        if x.dtype != np.float32:
+            raise TypeError(f"mojolearn: TransformerBlock.forward: x must be float32 of shape "
+                            f"(batch, length, {self.d}), got dtype {x.dtype}; convert it "
+                            f"yourself (mojolearn never casts silently)")
+        if x.ndim != 3 or x.shape[2] != self.d:
+            raise ValueError(f"mojolearn: TransformerBlock.forward: x must be float32 of shape "
+                             f"(batch, length, {self.d}), got shape {x.shape}")
         B, L, _ = x.shape
         if L > self.max_positions:
             raise ValueError(f"mojolearn: TransformerBlock: length {L} is past max_positions "

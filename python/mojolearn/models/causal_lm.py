@@ -8,17 +8,34 @@ import numpy as np
 
 from .. import profiles as _profiles
 from . import _kernels as K
+from ._inputs import count, flag, token_ids
 from .block import Layer, Proj, check_max_positions, check_weight_format
 from .config import ModelConfig
 from .loader import LazyWeights, check_weights, read_model
 
 
+# the metadata save_state writes beside the profile's field (resume checks each)
+STATE_KIND_KEY, STATE_KIND = "mojolearn.kind", "generation_state.v1"
+STATE_MODEL_KEY, STATE_FORMAT_KEY = "mojolearn.model", "mojolearn.weight_format"
+_STATE_TENSORS = ("state.kt", "state.meta", "state.v")
+
+
 class GenerationState:
     """The KV cache of a batch: rotated keys (layers, batch, kv_heads, head_dim, tmax)
     and raw values (layers, batch, kv_heads, tmax, head_dim), float32 (never codes),
-    and the number of tokens cached. Made by ``CausalLM.allocate_state``."""
+    and the number of tokens cached. Made by ``CausalLM.allocate_state`` (or
+    ``CausalLM.resume``); only the model writes it: a state whose fields were changed
+    from outside is refused by the next call, never read."""
 
     def __init__(self, model_key, numeric_profile, batch, max_tokens, layers, kv_heads, head_dim):
+        for nm, v in (("model_key", model_key), ("numeric_profile", numeric_profile)):
+            if not isinstance(v, str):
+                raise TypeError(f"mojolearn: GenerationState: {nm} must be a str, got "
+                                f"{type(v).__name__}; make states with CausalLM.allocate_state")
+        dims = [count(v, f"GenerationState: {nm}") for nm, v in (
+            ("batch", batch), ("max_tokens", max_tokens), ("layers", layers),
+            ("kv_heads", kv_heads), ("head_dim", head_dim))]
+        batch, max_tokens, layers, kv_heads, head_dim = dims
         self.model_key = model_key
         self.numeric_profile = numeric_profile
         self.batch_size = batch
@@ -32,6 +49,10 @@ class GenerationState:
                 f"max_tokens={self.max_tokens}, numeric_profile={self.numeric_profile!r})")
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 class CausalLM:
     """A Llama-family causal language model computing under a numeric profile.
 
@@ -40,22 +61,43 @@ class CausalLM:
     ``allocate_state(batch_size, max_tokens)``, ``step(ids, state)``,
     ``generate(ids, max_new_tokens, greedy=True, seed=None)``,
     ``generate_text(text, max_new_tokens, tokenizer=...)``, ``save_state`` / ``resume``.
+
+    Token ids (every entry that takes them, and the ids a tokenizer returns) are ints:
+    Python ints and numpy integers in lists / tuples / 1-D rows, or an array of any
+    integer dtype (widened exactly to int64), inside [0, vocab_size). Floats (never
+    truncated), bools, complex numbers, strings, objects and ints past int64 (never
+    wrapped) are refused by name. A refused call changes nothing: the model and the
+    state it was handed give the same bits as before on the next valid call.
     """
 
     def __init__(self, config: ModelConfig, weights: dict, *, weight_format="float32",
-                 numeric_profile=None, max_positions=None, source="weights"):
+                 numeric_profile=None, max_positions=None, source="weights", _owned=False):
         self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
                                                  use="inference", family="transformer")
         self.weight_format = check_weight_format(weight_format)
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"mojolearn: CausalLM: config must be a ModelConfig, got "
+                            f"{type(config).__name__}; make one with ModelConfig.from_dict "
+                            f"(or load a model with CausalLM.load)")
+        if not isinstance(weights, (dict, LazyWeights)):
+            raise TypeError(f"mojolearn: CausalLM: weights must be a dict of name -> float32 "
+                            f"array, got {type(weights).__name__}")
+        if not isinstance(source, str):
+            raise TypeError(f"mojolearn: CausalLM: source must be a str, got {type(source).__name__}")
         self.config = cfg = config
         self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings)
+        if not _owned and not isinstance(weights, LazyWeights):
+            weights = dict(weights)  # the tensors are taken from a copy: the caller's dict stays whole
+        for name in weights:
+            if not isinstance(name, str):
+                raise TypeError(f"mojolearn: {source}: weight names must be str, got "
+                                f"{type(name).__name__} ({name!r})")
         check_weights(cfg, weights, source)
         if not isinstance(weights, LazyWeights):  # a LazyWeights yields float32 only
             for name, w in weights.items():
                 if np.asarray(w).dtype != np.float32:
                     raise TypeError(f"mojolearn: {source}: tensor {name!r} has dtype "
                                     f"{np.asarray(w).dtype}; weights are float32 after loading")
-            weights = dict(weights)  # the tensors are taken out of it as they are held
         # each tensor is read (a LazyWeights) or taken when its holder is made and let go
         # after, the table first: the load never holds the checkpoint as float32 at once
         pop = weights.pop
@@ -93,9 +135,10 @@ class CausalLM:
         _profiles.resolve(numeric_profile, what="numeric_profile", use="inference",
                           family="transformer")
         check_weight_format(weight_format)
+        check_max_positions(max_positions, 1)
         cfg, weights = read_model(path, lazy=True)
         return cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
-                   max_positions=max_positions, source=f"model {os.fspath(path)!r}")
+                   max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True)
 
     def nbytes(self):
         """Bytes held by the weights (embedding, head, norms, blocks): sum of held()."""
@@ -115,74 +158,88 @@ class CausalLM:
 
     # ------------------------------------------------------------------ inputs
     def _ids(self, ids, what="ids"):
-        if isinstance(ids, (list, tuple)):
-            try:
-                ids = np.array(ids, dtype=np.int64)
-            except (ValueError, OverflowError, TypeError) as e:
-                raise ValueError(f"mojolearn: {what} must be integers, got a list that is not "
-                                 f"a rectangle of ints ({e})") from None
-            if ids.ndim == 1:
-                ids = ids[None, :]
-        ids = np.asarray(ids)
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"mojolearn: {what} must be an integer array (int32/int64), got "
-                            f"dtype {ids.dtype}; token ids are never cast")
-        if ids.ndim == 1:
-            ids = ids[None, :]
-        if ids.ndim != 2:
-            raise ValueError(f"mojolearn: {what} must be 2-D (batch, length), got shape {ids.shape}")
-        if ids.size:
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= self.config.vocab_size:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"mojolearn: {what} holds token id {bad}, outside the "
-                                 f"vocabulary [0, {self.config.vocab_size})")
-        return np.ascontiguousarray(ids, dtype=np.int64)
+        return token_ids(ids, what, self.config.vocab_size)
 
-    def _check_state(self, state, B, L):
+    def _check_state(self, state, B=None, L=0, func="CausalLM"):
+        """Refuse a state that is not this model's, is not intact, holds another batch or
+        has no room for L more tokens. Reads nothing but the state's fields."""
         if not isinstance(state, GenerationState):
-            raise TypeError(f"mojolearn: state must come from allocate_state or resume, got "
-                            f"{type(state).__name__}")
+            raise TypeError(f"mojolearn: {func}: state must come from allocate_state or resume, "
+                            f"got {type(state).__name__}")
         if state.model_key != self._key:
+            theirs = str(state.model_key).rsplit(":", 2)
+            ours = self._key.rsplit(":", 2)
+            why = ("another model" if theirs[0] != ours[0] else
+                   f"another numeric profile ({theirs[1]})" if len(theirs) > 1 and theirs[1] != ours[1]
+                   else f"another weight_format ({theirs[-1]})")
             raise ValueError(
-                f"mojolearn: state was made for another model or profile "
-                f"({state.model_key!r}); this model is {self._key!r}: allocate a state with "
-                f"this model's allocate_state")
-        if B != state.batch_size:
-            raise ValueError(f"mojolearn: ids have batch {B} but the state holds "
-                             f"{state.batch_size} sequences")
-        if state.length + L > state.max_tokens:
-            raise ValueError(f"mojolearn: {L} more tokens would make {state.length + L}, past "
-                             f"the state's max_tokens {state.max_tokens}")
+                f"mojolearn: {func}: state was made for another model or profile "
+                f"({state.model_key!r}: {why}); this model is {self._key!r}: allocate a state "
+                f"with this model's allocate_state")
+        c = self.config
+        n, tmax = state.batch_size, state.max_tokens
+        broken = None
+        if not (_is_int(n) and _is_int(tmax) and n > 0 and 0 < tmax <= self.max_positions):
+            broken = f"batch_size={n!r}, max_tokens={tmax!r}"
+        elif not (_is_int(state.length) and 0 <= state.length <= tmax):
+            broken = f"length={state.length!r} (max_tokens {tmax})"
+        else:
+            want = {"kt": (c.num_hidden_layers, n, c.num_key_value_heads, c.head_dim, tmax),
+                    "v": (c.num_hidden_layers, n, c.num_key_value_heads, tmax, c.head_dim)}
+            for nm, shape in want.items():
+                a = getattr(state, nm)
+                if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
+                        and a.flags.c_contiguous and a.flags.writeable):
+                    got = (f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray)
+                           else type(a).__name__)
+                    broken = f"state.{nm} is {got}, not a writable C-contiguous float32 {shape}"
+                    break
+        if broken is not None:
+            raise ValueError(f"mojolearn: {func}: state was changed from outside ({broken}); "
+                             f"only the model writes a state: allocate a new one or resume a "
+                             f"saved one")
+        if B is not None and B != n:
+            raise ValueError(f"mojolearn: {func}: ids have batch {B} but the state holds "
+                             f"{n} sequences")
+        if state.length + L > tmax:
+            raise ValueError(f"mojolearn: {func}: {L} more tokens would make "
+                             f"{state.length + L}, past the state's max_tokens {tmax}")
 
     # ------------------------------------------------------------------ compute
     def allocate_state(self, batch_size, max_tokens):
         """A new GenerationState (the KV cache) for ``batch_size`` sequences of up to
         ``max_tokens`` tokens (at most max_positions), for ``forward(ids, state)`` and
-        ``step``; refused by a model of another shape or profile.
-        """
-        for nm, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"mojolearn: allocate_state: {nm} must be a positive int, got {v!r}")
+        ``step``; refused by a model of another shape or profile."""
+        batch_size = count(batch_size, "CausalLM.allocate_state: batch_size")
+        max_tokens = count(max_tokens, "CausalLM.allocate_state: max_tokens")
         if max_tokens > self.max_positions:
-            raise ValueError(f"mojolearn: allocate_state: max_tokens {max_tokens} is past "
+            raise ValueError(f"mojolearn: CausalLM.allocate_state: max_tokens {max_tokens} is past "
                              f"max_positions {self.max_positions}")
         c = self.config
-        return GenerationState(self._key, self.numeric_profile, batch_size, max_tokens,
-                               c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+        nbytes = 2 * 4 * c.num_hidden_layers * batch_size * c.num_key_value_heads * c.head_dim \
+            * max_tokens
+        try:
+            return GenerationState(self._key, self.numeric_profile, batch_size, max_tokens,
+                                   c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+        except (MemoryError, ValueError) as e:  # numpy's own subclass, or "array is too big"
+            if str(e).startswith("mojolearn"):
+                raise
+            raise MemoryError(f"mojolearn: CausalLM.allocate_state: a state of batch_size "
+                              f"{batch_size} and max_tokens {max_tokens} needs {nbytes} bytes, "
+                              f"which could not be allocated; use a smaller batch") from None
 
-    def _run(self, ids, state, last_only):
+    def _run(self, ids, state, last_only, func):
         B, L = ids.shape
         if B == 0 or L == 0:
-            raise ValueError(f"mojolearn: ids of shape {ids.shape} hold no token; pass at "
-                             f"least one sequence of at least one token")
+            raise ValueError(f"mojolearn: {func}: ids of shape {ids.shape} hold no token; pass "
+                             f"at least one sequence of at least one token")
         if state is None:
             if L > self.max_positions:
-                raise ValueError(f"mojolearn: {L} tokens are past max_positions "
+                raise ValueError(f"mojolearn: {func}: {L} tokens are past max_positions "
                                  f"{self.max_positions}")
             state = self.allocate_state(B, L)
         else:
-            self._check_state(state, B, L)
+            self._check_state(state, B, L, func)
         vocab = self.config.vocab_size
         pos0 = state.length
         d = self.config.hidden_size
@@ -202,43 +259,59 @@ class CausalLM:
 
     def forward(self, ids, state=None):
         """Logits (batch, length, vocab) float32 of every position; with a state, the
-        tokens continue the cached ones (their positions follow) and are cached."""
-        return self._run(self._ids(ids), state, False)
+        tokens continue the cached ones (their positions follow) and are cached.
+        ids: ints (a list, a list of rows, or an integer array; 1-D is one sequence)."""
+        return self._run(self._ids(ids, "CausalLM.forward: ids"), state, False,
+                         "CausalLM.forward")
 
     __call__ = forward
 
     def step(self, ids, state):
         """Append ids (batch, n) to the state; logits (batch, vocab) of the last one."""
+        ids = self._ids(ids, "CausalLM.step: ids")
         if state is None:
-            raise ValueError("mojolearn: step needs a state (allocate_state)")
-        return self._run(self._ids(ids), state, True)[:, -1, :]
+            raise ValueError("mojolearn: CausalLM.step needs a state (allocate_state)")
+        return self._run(ids, state, True, "CausalLM.step")[:, -1, :]
 
     def generate(self, ids, max_new_tokens, *, greedy=True, seed=None, eos_token_id=None):
         """Continue ids (batch, length) by max_new_tokens tokens (fewer if every sequence
         reached eos_token_id). greedy: the first largest logit; else sampling with
-        numpy's seeded generator over the model's softmax of the logits. Returns the
-        int64 ids (batch, length + new)."""
-        ids = self._ids(ids)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"mojolearn: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if not isinstance(greedy, bool):
-            raise TypeError(f"mojolearn: greedy must be bool, got {type(greedy).__name__}")
+        numpy's generator seeded with ``seed`` over the model's softmax of the logits
+        (a seed with greedy=True is refused: greedy decoding draws nothing). Returns
+        the int64 ids (batch, length + new); max_new_tokens=0 returns a copy of ids."""
+        ids = self._ids(ids, "CausalLM.generate: ids")
+        max_new_tokens = count(max_new_tokens, "CausalLM.generate: max_new_tokens", 0)
+        greedy = flag(greedy, "CausalLM.generate: greedy")
+        if seed is not None:
+            if greedy:
+                raise ValueError(f"mojolearn: CausalLM.generate: seed={seed!r} with greedy=True: "
+                                 f"greedy decoding draws nothing, so the seed would be "
+                                 f"ignored; pass greedy=False to sample, or no seed")
+            seed = count(seed, "CausalLM.generate: seed", 0)
+        if eos_token_id is not None:
+            eos_token_id = count(eos_token_id, "CausalLM.generate: eos_token_id", 0)
+            if eos_token_id >= self.config.vocab_size:
+                raise ValueError(f"mojolearn: CausalLM.generate: eos_token_id {eos_token_id} is "
+                                 f"outside the vocabulary [0, {self.config.vocab_size})")
         B, L = ids.shape
-        if L == 0:
-            raise ValueError("mojolearn: generate needs at least one prompt token")
+        if B == 0 or L == 0:
+            raise ValueError(f"mojolearn: CausalLM.generate: ids of shape {ids.shape} hold no "
+                             f"token; generate needs at least one prompt token per sequence")
         total = L + max_new_tokens
         if total > self.max_positions:
-            raise ValueError(f"mojolearn: {L} prompt + {max_new_tokens} new tokens are past "
-                             f"max_positions {self.max_positions}")
+            raise ValueError(f"mojolearn: CausalLM.generate: {L} prompt + {max_new_tokens} new "
+                             f"tokens are past max_positions {self.max_positions}")
+        if max_new_tokens == 0:
+            return ids.copy()
         rng = None if greedy else np.random.default_rng(seed)
-        state = self.allocate_state(B, max(total - 1, 1))
+        state = self.allocate_state(B, total - 1)
         out = [ids]
         logits = self.step(ids, state)
         done = np.zeros(B, dtype=bool)
         for t in range(max_new_tokens):
             nxt = self._choose(logits, rng)
             if eos_token_id is not None:
-                nxt = np.where(done, eos_token_id, nxt)
+                nxt = np.where(done, np.int64(eos_token_id), nxt)
                 done |= nxt == eos_token_id
             out.append(nxt[:, None])
             if t + 1 == max_new_tokens or done.all():
@@ -260,50 +333,120 @@ class CausalLM:
         r = np.array([rng.random() for _ in range(logits.shape[0])], dtype=np.float64)
         return K.sample_rows(logits, r)
 
-    def generate_text(self, text, max_new_tokens, *, tokenizer, **kw):
-        """Encode text, generate, decode the new tokens."""
+    def generate_text(self, text, max_new_tokens, *, tokenizer, greedy=True, seed=None,
+                      eos_token_id=None):
+        """Encode text with tokenizer (a Tokenizer, or any object with encode(str) -> list
+        of ints and decode(ids) -> str), generate, decode the new tokens. The ids the
+        tokenizer returns are held to generate's rules (ints inside the vocabulary)."""
         if not isinstance(text, str):
-            raise TypeError(f"mojolearn: text must be a str, got {type(text).__name__}")
-        tokenizer.check_model(self)
-        ids = tokenizer.encode(text)
-        out = self.generate([ids], max_new_tokens, **kw)
-        return tokenizer.decode(out[0, len(ids):].tolist())
+            raise TypeError(f"mojolearn: CausalLM.generate_text: text must be a str, got "
+                            f"{type(text).__name__}")
+        if not (callable(getattr(tokenizer, "encode", None))
+                and callable(getattr(tokenizer, "decode", None))):
+            raise TypeError(f"mojolearn: CausalLM.generate_text: tokenizer must have encode and "
+                            f"decode methods (a mojolearn.models.Tokenizer), got "
+                            f"{type(tokenizer).__name__}")
+        if callable(getattr(tokenizer, "check_model", None)):
+            tokenizer.check_model(self)
+        raw = tokenizer.encode(text)
+        what = "CausalLM.generate_text: the ids tokenizer.encode returned"
+        ids, ndim = token_ids(raw, what, self.config.vocab_size, want_ndim=True)
+        if ndim != 1:
+            raise ValueError(f"mojolearn: {what} must be one sequence (1-D), got shape "
+                             f"{np.shape(raw) if ndim != 2 else ids.shape}")
+        if ids.size == 0:
+            raise ValueError(f"mojolearn: CausalLM.generate_text: text {text[:40]!r} encodes "
+                             f"to no token; generate needs at least one prompt token")
+        out = self.generate(ids, max_new_tokens, greedy=greedy, seed=seed,
+                            eos_token_id=eos_token_id)
+        return tokenizer.decode(out[0, ids.shape[1]:].tolist())
 
     # ------------------------------------------------------------------ saved states
     def save_state(self, path, state):
-        """Write a generation state (checkpoint file carrying its numeric profile)."""
+        """Write a generation state to a safetensors file, atomically (checkpoint.save:
+        a temporary file renamed over the target; a failure part-way leaves an old file
+        whole). The file carries the numeric profile, the model and the weight format."""
         from .. import checkpoint
-        self._check_state(state, state.batch_size, 0)
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"mojolearn: CausalLM.save_state: path must be a str or "
+                            f"os.PathLike, got {type(path).__name__}")
+        self._check_state(state, None, 0, "CausalLM.save_state")
         c = self.config
         meta = np.array([state.length, state.batch_size, state.max_tokens, c.num_hidden_layers,
                          c.num_key_value_heads, c.head_dim, c.hidden_size, c.vocab_size],
                         dtype=np.float32)
-        checkpoint.save(path, {"state.kt": state.kt, "state.v": state.v, "state.meta": meta},
-                        numeric_profile=self.numeric_profile)
+        checkpoint._save(path, {"state.kt": state.kt, "state.v": state.v, "state.meta": meta},
+                         self.numeric_profile,
+                         {STATE_KIND_KEY: STATE_KIND, STATE_MODEL_KEY: c.fingerprint(),
+                          STATE_FORMAT_KEY: self.weight_format})
 
     def resume(self, path):
-        """Read a state written by save_state. A state written under another profile is
-        refused (check_saved); the weight file itself carries no profile."""
+        """Read a state written by save_state. A state written under another profile,
+        for another model or weight format, or one whose file was edited into something
+        save_state does not write, is refused by name."""
         from .. import checkpoint
-        ck = checkpoint.load(path, numeric_profile=self.numeric_profile)
+        from ..lowbit import BF16Weight, Int8Weight
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"mojolearn: CausalLM.resume: path must be a str or os.PathLike, "
+                            f"got {type(path).__name__}")
+        ck, info = checkpoint._load(path, numeric_profile=self.numeric_profile)
+        where = f"CausalLM.resume: {os.fspath(path)!r}"
+        if info.get(STATE_KIND_KEY) != STATE_KIND:
+            raise ValueError(f"mojolearn: {where} is not a generation state written by "
+                             f"save_state (its metadata {STATE_KIND_KEY!r} is "
+                             f"{info.get(STATE_KIND_KEY)!r}, not {STATE_KIND!r}); pass a file "
+                             f"save_state wrote")
         w = ck.weights
-        try:
-            meta = [int(v) for v in np.asarray(w["state.meta"]).tolist()]
-            kt, v = np.asarray(w["state.kt"]), np.asarray(w["state.v"])
-        except KeyError as e:
-            raise ValueError(f"mojolearn: resume: {os.fspath(path)!r} is not a generation state "
-                             f"(no {e.args[0]!r})") from None
-        length, batch, tmax = meta[:3]
+        if sorted(w) != list(_STATE_TENSORS):
+            raise ValueError(f"mojolearn: {where} holds the tensors {sorted(w)[:6]}; a "
+                             f"generation state holds {list(_STATE_TENSORS)}")
+        arrays = {}
+        for nm in _STATE_TENSORS:
+            if isinstance(w[nm], (BF16Weight, Int8Weight)) or np.asarray(w[nm]).dtype != np.float32:
+                raise ValueError(f"mojolearn: {where}: tensor {nm!r} is "
+                                 f"{type(w[nm]).__name__}, not float32; the file was edited")
+            arrays[nm] = np.asarray(w[nm])
         c = self.config
-        if meta[3:] != [c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.hidden_size,
-                        c.vocab_size] or kt.shape != (c.num_hidden_layers, batch, c.num_key_value_heads,
-                                                      c.head_dim, tmax):
-            raise ValueError(f"mojolearn: resume: the state in {os.fspath(path)!r} was made by "
-                             f"another model")
+        model, fmt = info.get(STATE_MODEL_KEY), info.get(STATE_FORMAT_KEY)
+        if model != c.fingerprint():
+            raise ValueError(f"mojolearn: {where}: the state was made by another model "
+                             f"({model!r}); this model is {c.fingerprint()!r}")
+        if fmt != self.weight_format:
+            raise ValueError(f"mojolearn: {where}: the state was made under weight_format "
+                             f"{fmt!r}; this model computes with weight_format "
+                             f"{self.weight_format!r}: load the model with weight_format={fmt!r}")
+        m = arrays["state.meta"]
+        ok = m.shape == (8,) and bool(np.all(np.isfinite(m))) and bool(np.all(np.floor(m) == m)) \
+            and bool(np.all((m >= 0) & (m <= 2 ** 24)))
+        meta = [int(v) for v in m.tolist()] if ok else None
+        if not ok or meta[3:] != [c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
+                                  c.hidden_size, c.vocab_size]:
+            raise ValueError(f"mojolearn: {where}: tensor 'state.meta' is {m.shape} "
+                             f"{m.tolist()[:8]}, not the state of this model (length, batch, "
+                             f"max_tokens, then layers {c.num_hidden_layers}, kv heads "
+                             f"{c.num_key_value_heads}, head_dim {c.head_dim}, hidden "
+                             f"{c.hidden_size}, vocab {c.vocab_size}); the file was edited or "
+                             f"made by another model")
+        length, batch, tmax = meta[:3]
+        if batch < 1 or tmax < 1 or not 0 <= length <= tmax:
+            raise ValueError(f"mojolearn: {where}: the state says length {length}, batch "
+                             f"{batch}, max_tokens {tmax}: not a state save_state writes; the "
+                             f"file was edited")
+        if tmax > self.max_positions:
+            raise ValueError(f"mojolearn: {where}: the state holds max_tokens {tmax}, past this "
+                             f"model's max_positions {self.max_positions}: load the model with "
+                             f"max_positions >= {tmax}")
+        want = {"state.kt": (c.num_hidden_layers, batch, c.num_key_value_heads, c.head_dim, tmax),
+                "state.v": (c.num_hidden_layers, batch, c.num_key_value_heads, tmax, c.head_dim)}
+        for nm, shape in want.items():
+            if arrays[nm].shape != shape:
+                raise ValueError(f"mojolearn: {where}: tensor {nm!r} has shape "
+                                 f"{arrays[nm].shape}, the state's meta needs {shape}; the "
+                                 f"file was edited")
         st = GenerationState(self._key, self.numeric_profile, batch, tmax, c.num_hidden_layers,
                              c.num_key_value_heads, c.head_dim)
-        st.kt[...] = kt
-        st.v[...] = v
+        st.kt[...] = arrays["state.kt"]
+        st.v[...] = arrays["state.v"]
         st.length = length
         return st
 

@@ -53,7 +53,11 @@ def _int(d, key, model_type, default=None):
 
 def _float(d, key, model_type, default=None):
     v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+    try:
+        finite = isinstance(v, (int, float)) and math.isfinite(v)
+    except OverflowError:  # an int past float's range
+        finite = False
+    if isinstance(v, bool) or not finite or v <= 0:
         raise ValueError(
             f"mojolearn: model config: model_type {model_type!r}: {key} must be a positive "
             f"finite number, got {v!r}"
@@ -111,7 +115,9 @@ class ModelConfig:
                 _refuse(mt, "rope_parameters." + extra[0], rp[extra[0]],
                         "RoPE scaling parameters are not computed")
             if "rope_theta" in rp:
-                if theta is not None and float(theta) != float(rp["rope_theta"]):
+                inner = _float({"rope_parameters.rope_theta": rp["rope_theta"]},
+                               "rope_parameters.rope_theta", mt)
+                if theta is not None and _float(d, "rope_theta", mt) != inner:
                     _refuse(mt, "rope_parameters.rope_theta", rp["rope_theta"],
                             f"it disagrees with rope_theta = {theta!r}")
                 theta = rp["rope_theta"]
@@ -166,6 +172,12 @@ class ModelConfig:
     @classmethod
     def from_file(cls, path) -> "ModelConfig":
         """The config read from a config.json file (see ``from_dict``)."""
+        if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+            raise TypeError(f"mojolearn: ModelConfig.from_file: path must be a str or "
+                            f"os.PathLike giving a str, got {type(path).__name__}")
+        if "\0" in os.fspath(path):
+            raise ValueError(f"mojolearn: ModelConfig.from_file: path {os.fspath(path)!r} holds "
+                             f"a NUL byte, which no file name can contain")
         try:
             with open(path, "r", encoding="utf-8") as f:
                 d = json.load(f)
@@ -174,8 +186,11 @@ class ModelConfig:
                 f"mojolearn: model config: no config.json at {os.fspath(path)!r}; a Hugging "
                 f"Face model directory holds config.json beside its weights"
             ) from None
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise ValueError(f"mojolearn: model config: {os.fspath(path)!r} is not valid JSON: {e}") from None
+        except OSError as e:  # a directory, no permission, ...
+            raise type(e)(f"mojolearn: model config: cannot read {os.fspath(path)!r} "
+                          f"({e.strerror or e}); pass the path of a config.json file") from None
         return cls.from_dict(d)
 
     def fingerprint(self) -> str:

@@ -12,6 +12,7 @@ name; nothing is guessed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 
@@ -86,7 +87,7 @@ def _safetensors_entries(path) -> dict:
             raise _corrupt(path, f"header of {n} bytes does not fit a file of {size} bytes")
         try:
             header = json.loads(f.read(n))
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise _corrupt(path, f"header is not JSON ({e})") from None
     if not isinstance(header, dict):
         raise _corrupt(path, "header is not a JSON object")
@@ -96,16 +97,20 @@ def _safetensors_entries(path) -> dict:
         if name == "__metadata__":
             continue
         try:
-            dt, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
+            dt, shape, (lo, hi) = t["dtype"], list(t["shape"]), t["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise _corrupt(path, f"tensor {name!r} has a malformed entry {t!r}") from None
+            raise _corrupt(path, f"tensor {name!r} has a malformed entry {str(t)[:200]}") from None
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                   for v in shape + [lo, hi]):
+            raise _corrupt(path, f"tensor {name!r} has shape {shape} and data_offsets "
+                                 f"{[lo, hi]}: not non-negative ints")
         if dt not in _ST_DTYPES:
             raise ValueError(
                 f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} has dtype {dt}; "
                 f"model weights are read from F32, BF16 or F16 tensors only"
             )
         npdt, isz = _ST_DTYPES[dt]
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)  # Python ints: no wrap-around
         if not (0 <= lo <= hi and base + hi <= size) or hi - lo != count * isz:
             raise _corrupt(path, f"tensor {name!r} ({dt}, shape {shape}) lies at bytes "
                                  f"[{lo}, {hi}) of a data section of {size - base} bytes")
@@ -148,17 +153,34 @@ def _hf_entries(path) -> dict:
         try:
             with open(index, "r", encoding="utf-8") as f:
                 wm = json.load(f)["weight_map"]
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
             raise _corrupt(index, f"no weight_map ({e})") from None
+        if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+            raise _corrupt(index, "its weight_map is not a mapping of tensor name -> shard "
+                                  "file name")
         entries = {}
         for shard in sorted(set(wm.values())):
+            if not shard or os.path.basename(shard) != shard or shard in (".", "..") \
+                    or "\0" in shard:
+                raise ValueError(
+                    f"mojolearn: model directory {os.fspath(path)!r}: "
+                    f"model.safetensors.index.json names the shard {shard[:200]!r}, which is "
+                    f"not a file name inside the directory; shards lie beside the index"
+                )
             part = os.path.join(path, shard)
             if not os.path.isfile(part):
                 raise FileNotFoundError(
                     f"mojolearn: model directory {os.fspath(path)!r}: shard {shard!r} named "
                     f"by model.safetensors.index.json is missing"
                 )
-            entries.update(_safetensors_entries(part))
+            got = _safetensors_entries(part)
+            twice = sorted(set(got) & set(entries))
+            if twice:
+                raise ValueError(
+                    f"mojolearn: model directory {os.fspath(path)!r}: tensor {twice[0]!r} is in "
+                    f"more than one shard (again in {shard!r}); which one to use is not guessed"
+                )
+            entries.update(got)
         return entries
     raise FileNotFoundError(
         f"mojolearn: model directory {os.fspath(path)!r} has no model.safetensors or "
@@ -186,6 +208,9 @@ def _unpermute(w, n_head):
     """GGUF stores each head's q/k rows interleaved (pair i at rows 2i, 2i+1) for its
     RoPE; put them back in halves (pair i at rows i and i + head_dim/2)."""
     rows = w.shape[0]
+    if w.ndim != 2 or rows % (2 * n_head):
+        raise ValueError(f"mojolearn: GGUF q/k tensor of shape {w.shape} does not split into "
+                         f"{n_head} heads of row pairs; the file does not match its metadata")
     return np.ascontiguousarray(
         w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
     )
@@ -242,10 +267,10 @@ def read_gguf(path, lazy=False):
         cfg = gguf_config(reader)
     except StopIteration:
         raise _corrupt(path, "no token_embd.weight tensor") from None
-    except (TypeError, ValueError) as e:
+    except Exception as e:  # the package's reading of malformed metadata
         if str(e).startswith("mojolearn"):
             raise
-        raise _corrupt(path, f"metadata unreadable ({e})") from None
+        raise _corrupt(path, f"metadata unreadable ({type(e).__name__}: {e})") from None
     # the metadata is read (the config above; a tokenizer opens the file itself): the
     # reader's parsed fields, the vocabulary among them, are about 100 MB of Python
     # objects for SmolLM2-135M that would otherwise live as long as the tensors' readers
@@ -326,6 +351,12 @@ def kind_is(parts, kind):
 def read_model(path, lazy=False):
     """(ModelConfig, weights): a dict of float32 arrays, or a LazyWeights (lazy=True)."""
     p = os.fspath(path)
+    if not isinstance(p, str):
+        raise TypeError(f"mojolearn: CausalLM.load: path must be a str, got "
+                        f"{type(p).__name__} ({p!r}); decode it first (os.fsdecode(path))")
+    if "\0" in p:
+        raise ValueError(f"mojolearn: CausalLM.load: path {p!r} holds a NUL byte, which no file "
+                         f"name can contain")
     if os.path.isdir(p):
         return read_hf_dir(p, lazy=lazy)
     if p.endswith(".gguf") and os.path.isfile(p):
@@ -338,31 +369,38 @@ def read_model(path, lazy=False):
 
 
 def expected_shapes(cfg: ModelConfig) -> dict:
+    return dict(_expected(cfg))
+
+
+def _expected(cfg: ModelConfig):
+    """(name, shape) of every tensor the config needs, one layer at a time (so a config
+    naming 10**9 layers costs nothing before its first missing tensor)."""
     d, hd = cfg.hidden_size, cfg.head_dim
     nq, nk, ff = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size
-    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,)}
+    yield "model.embed_tokens.weight", (cfg.vocab_size, d)
+    yield "model.norm.weight", (d,)
     if not cfg.tie_word_embeddings:
-        shapes["lm_head.weight"] = (cfg.vocab_size, d)
+        yield "lm_head.weight", (cfg.vocab_size, d)
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
-        shapes.update({
+        shapes = {
             p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
             p + "self_attn.q_proj.weight": (nq, d), p + "self_attn.k_proj.weight": (nk, d),
             p + "self_attn.v_proj.weight": (nk, d), p + "self_attn.o_proj.weight": (d, nq),
             p + "mlp.gate_proj.weight": (ff, d), p + "mlp.up_proj.weight": (ff, d),
             p + "mlp.down_proj.weight": (d, ff),
-        })
+        }
         if cfg.qkv_bias:
             shapes.update({p + "self_attn.q_proj.bias": (nq,), p + "self_attn.k_proj.bias": (nk,),
                            p + "self_attn.v_proj.bias": (nk,)})
-    return shapes
+        yield from shapes.items()
 
 
 def check_weights(cfg: ModelConfig, weights, where: str):
     """Every tensor the config needs is there with its shape (a LazyWeights is checked
     from the checkpoint's header, nothing read)."""
     lazy = isinstance(weights, LazyWeights)
-    for name, shape in expected_shapes(cfg).items():
+    for name, shape in _expected(cfg):
         if name not in weights:
             raise ValueError(f"mojolearn: {where}: tensor {name!r} is missing (the config "
                              f"{cfg.model_type} with {cfg.num_hidden_layers} layers needs it)")

@@ -29,18 +29,24 @@ class Tokenizer:
             from tokenizers import Tokenizer as _T
         except ImportError:
             raise ImportError("mojolearn: Tokenizer needs the 'tokenizers' package") from None
+        if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+            raise TypeError(f"mojolearn: Tokenizer.load: path must be a str or os.PathLike "
+                            f"giving a str, got {type(path).__name__}")
         p = os.fspath(path)
+        if "\0" in p:
+            raise ValueError(f"mojolearn: Tokenizer.load: path {p!r} holds a NUL byte, which no "
+                             f"file name can contain")
         if os.path.isdir(p):
             p = os.path.join(p, "tokenizer.json")
         if p.endswith(".gguf"):
             return cls._from_gguf(p)
         if not os.path.isfile(p):
-            raise FileNotFoundError(f"mojolearn: no tokenizer at {p!r}; pass a tokenizer.json, "
+            raise FileNotFoundError(f"mojolearn: Tokenizer.load: no tokenizer at {p!r}; pass a tokenizer.json, "
                                     f"a directory holding one, or a .gguf file")
         try:
             tk = _T.from_file(p)
         except Exception as e:
-            raise ValueError(f"mojolearn: {p!r} is not a readable tokenizer.json ({e})") from None
+            raise ValueError(f"mojolearn: Tokenizer.load: {p!r} is not a readable tokenizer.json ({e})") from None
         return cls(tk, source=p)
 
     @classmethod
@@ -89,11 +95,23 @@ class Tokenizer:
         return ids
 
     def decode(self, ids) -> str:
-        """The text of token ids, special tokens kept."""
-        return self._tk.decode(list(ids), skip_special_tokens=False)
+        """The text of a sequence of token ids (ints inside this tokenizer's vocabulary;
+        the rules of CausalLM's ids: no float, bool or other value is cast)."""
+        from ._inputs import token_ids
+
+        a, ndim = token_ids(ids, "Tokenizer.decode: ids", self.vocab_size, want_ndim=True)
+        if ndim != 1:
+            raise ValueError(f"mojolearn: Tokenizer.decode: ids must be one sequence (1-D), got "
+                             f"shape {a.shape}")
+        return self._tk.decode(a[0].tolist(), skip_special_tokens=False)
 
     def check_model(self, model):
         """Refuse a tokenizer whose vocabulary does not match the model's."""
+        from .causal_lm import CausalLM
+
+        if not isinstance(model, CausalLM):
+            raise TypeError(f"mojolearn: Tokenizer.check_model: model must be a CausalLM, got "
+                            f"{type(model).__name__}")
         v = model.config.vocab_size
         if self.vocab_size > v:
             raise ValueError(f"mojolearn: the tokenizer {self.source!r} has {self.vocab_size} "
