@@ -270,7 +270,10 @@ def _restore(meta, data):
     return p
 
 
-def prepare(b, *, transpose_b=None, **unexpected):
+_UNSET = object()  # transpose_b not given (an explicit None is refused like any non-bool)
+
+
+def prepare(b, *, transpose_b=_UNSET, **unexpected):
     """Pack the right-hand operand ``b`` once for this CPU build; returns a
     ``PreparedWeight`` that ``matmul`` (b float32), ``matmul_bf16`` (b bf16 bits,
     uint16), ``matmul_int8`` (b the (codes, exponents) tuple of quantize_int8) or
@@ -296,8 +299,7 @@ def prepare(b, *, transpose_b=None, **unexpected):
 
     func = "prepare"
     _no_extra(func, unexpected, "(b, *, transpose_b=False)")
-    if transpose_b is not None:
-        transpose_b = _flag(func, "transpose_b", transpose_b)
+    transpose_b = None if transpose_b is _UNSET else _flag(func, "transpose_b", transpose_b)
     if isinstance(b, tuple):
         return _prepare_int(b, transpose_b)
     from . import lowbit
