@@ -1721,7 +1721,7 @@ def _state_file(path, lm, st, *, tensors=None, extra=None, drop=(), profile=None
     for d in drop:
         ts.pop(d)
     info = {C.STATE_KIND_KEY: C.STATE_KIND, C.STATE_MODEL_KEY: c.fingerprint(),
-            C.STATE_FORMAT_KEY: lm.weight_format}
+            C.STATE_FORMAT_KEY: lm.weight_format, C.STATE_MODE_KEY: "identical"}
     for k, v in (extra or {}).items():
         if v is None:
             info.pop(k)
@@ -1856,7 +1856,8 @@ def gen_models_state(rng, tmp):
                                    (C.STATE_MODEL_KEY, None),
                                    (C.STATE_FORMAT_KEY, [f for f in FORMATS if f != fmt][0]),
                                    (C.STATE_FORMAT_KEY, None), (C.STATE_KIND_KEY, "v0"),
-                                   (C.STATE_KIND_KEY, None)])
+                                   (C.STATE_KIND_KEY, None), (C.STATE_MODE_KEY, "fastest"),
+                                   (C.STATE_MODE_KEY, None)])
             _state_file(path, lm, st, extra={key: val})
             label = f"metadata {key}={val!r}"
             names = (repr(val),)

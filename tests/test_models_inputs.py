@@ -307,7 +307,7 @@ def _edited_state_file(lm, st, f, tensors=None, info=None):
     ts = {"state.kt": st.kt, "state.v": st.v, "state.meta": meta}
     ts.update(tensors or {})
     md = {C.STATE_KIND_KEY: C.STATE_KIND, C.STATE_MODEL_KEY: c.fingerprint(),
-          C.STATE_FORMAT_KEY: lm.weight_format}
+          C.STATE_FORMAT_KEY: lm.weight_format, C.STATE_MODE_KEY: "identical"}
     md.update(info or {})
     checkpoint._save(f, ts, lm.numeric_profile, md)
 

@@ -244,3 +244,81 @@ def test_torch_mode_takes_a_numeric_mode(mode):
     with pytest.raises(ValueError, match="not a numeric mode"):
         mt.enable(numeric_mode="quick")
     assert not mt.is_enabled()
+
+
+# ---------------------------------------------------------------- the models
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny checkpoint with a k past FAST_KC (the MLP's down projection: 700 inputs), so
+    the looser modes change bits."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_models import TINY, tiny_weights, write_model
+
+    cfg = dict(TINY, intermediate_size=700)
+    w = tiny_weights(cfg, seed=31)
+    return write_model(tmp_path_factory.mktemp("modes"), cfg, w), cfg
+
+
+def test_models_report_and_run_their_mode(model_dir, mode):
+    from mojolearn.models import CausalLM, TransformerBlock
+
+    path, cfg = model_dir
+    mode("identical")
+    ids = np.random.default_rng(3).integers(0, cfg["vocab_size"], size=(2, 6))
+    ident = CausalLM.load(path)
+    fast = CausalLM.load(path, numeric_mode="fast")
+    det = CausalLM.load(path, numeric_mode="deterministic", numeric_profile="fixed15_v1")
+    assert (ident.numeric_mode, ident.numeric_profile) == ("identical", "fp32_v1")
+    assert (fast.numeric_mode, fast.numeric_profile) == ("fast", "fp32_v1")
+    assert (det.numeric_mode, det.numeric_profile) == ("deterministic", "fixed15_v1")
+    a, b = np.asarray(ident.forward(ids)), np.asarray(fast.forward(ids))
+    assert not np.array_equal(a.view(np.uint32), b.view(np.uint32))  # k = 700 > FAST_KC
+    assert_same_bits(fast.forward(ids), b, "fast twice")
+    # the process mode does not reach a model that was made under another
+    mode("fast")
+    assert_same_bits(ident.forward(ids), a, "identical model under a fast process mode")
+    assert CausalLM.load(path).numeric_mode == "fast"  # naming nothing: the process mode
+    mode("identical")
+    # fixed15_v1's products are exact integer sums: the looser mode changes no bit there
+    # but in P.V and the elementwise ops, which run the identical kernels in every mode
+    assert_same_bits(det.forward(ids), CausalLM.load(path, numeric_profile="fixed15_v1").forward(ids),
+                     "fixed15 deterministic")
+    with pytest.raises(ValueError, match="names a numeric profile"):
+        CausalLM.load(path, numeric_mode="fp32_v1")
+    with pytest.raises(ValueError, match="names a numeric mode"):
+        CausalLM.load(path, numeric_profile="fast")
+    import safetensors.numpy as stn
+    w = stn.load_file(os.path.join(path, "model.safetensors"))
+    blk = {k[len("model.layers.0."):]: v for k, v in w.items() if k.startswith("model.layers.0.")}
+    tb = TransformerBlock(blk, n_heads=cfg["num_attention_heads"],
+                          n_kv_heads=cfg["num_key_value_heads"], numeric_mode="fast")
+    assert tb.numeric_mode == "fast"
+
+
+def test_states_carry_their_mode(model_dir, tmp_path, mode):
+    """A state computed under fast is refused by an identical model (in memory and saved);
+    an identical state continues under fast, and becomes a fast one."""
+    from mojolearn.models import CausalLM
+
+    path, cfg = model_dir
+    mode("identical")
+    ident, fast = CausalLM.load(path), CausalLM.load(path, numeric_mode="fast")
+    ids = np.random.default_rng(4).integers(0, cfg["vocab_size"], size=(1, 6))
+    st = ident.allocate_state(1, 8)
+    ident.forward(ids[:, :3], st)
+    assert st.numeric_mode == "identical"
+    fast.forward(ids[:, 3:4], st)  # allowed: identical bits continued under fast
+    assert st.numeric_mode == "fast"
+    with pytest.raises(ValueError, match="produced under numeric_mode='fast'"):
+        ident.step(ids[:, 4:5], st)
+    fast.save_state(tmp_path / "s.safetensors", st)
+    with pytest.raises(ValueError, match="produced under numeric_mode='fast'"):
+        ident.resume(tmp_path / "s.safetensors")
+    back = fast.resume(tmp_path / "s.safetensors")
+    assert back.numeric_mode == "fast" and back.length == 4
+    st2 = ident.allocate_state(1, 8)
+    ident.forward(ids[:, :3], st2)
+    ident.save_state(tmp_path / "i.safetensors", st2)
+    assert fast.resume(tmp_path / "i.safetensors").numeric_mode == "identical"

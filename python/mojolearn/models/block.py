@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import modes as _modes
 from .. import profiles as _profiles
 from . import _kernels as K
 
@@ -66,9 +67,12 @@ class Proj:
     ``format`` says which of "float32", "bfloat16", "int8" (fp32_v1) or "int15"
     (fixed15_v1) is held."""
 
-    def __init__(self, w, profile: str, weight_format: str = "float32"):
+    def __init__(self, w, profile: str, weight_format: str = "float32",
+                 numeric_mode: str = "identical"):
         self.n, self.k = w.shape
         self.fixed15 = profile == "fixed15_v1"
+        # the kernels' mode argument (fp32.v1's leaves; the int15 sums are exact in every mode)
+        self.mode = _modes.kernel_code(numeric_mode)
         if weight_format == "bfloat16":
             bits = K.to_bf16(w)
             if not self.fixed15:
@@ -99,14 +103,14 @@ class Proj:
             if xq is None:
                 xq = K.quantize15(x, rows, self.k)
             return K.gemm_int15(xq, self.w, out, rows, self.n, self.k)
-        return K.gemm_prepared(x, rows, self.w, out)
+        return K.gemm_prepared(x, rows, self.w, out, self.mode)
 
 
 class Layer:
     """The prepared weights of one block and its forward over a cache slice."""
 
     def __init__(self, get, prefix, *, n_heads, n_kv_heads, head_dim, eps, profile,
-                 weight_format, qkv_bias):
+                 weight_format, qkv_bias, numeric_mode="identical"):
         self.nh, self.kvh, self.hd = n_heads, n_kv_heads, head_dim
         self.eps_bits = K.f32_bits(eps)
         self.fixed15 = profile == "fixed15_v1"
@@ -115,19 +119,21 @@ class Layer:
         self.ln2 = np.ascontiguousarray(get(p + "post_attention_layernorm.weight"))
         qkv = np.concatenate([get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
                               get(p + "self_attn.v_proj.weight")], axis=0)
-        self.qkv = Proj(qkv, profile, weight_format)
+        self.qkv = Proj(qkv, profile, weight_format, numeric_mode)
         del qkv
         self.bias = None
         if qkv_bias:
             self.bias = np.ascontiguousarray(np.concatenate([
                 get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"),
                 get(p + "self_attn.v_proj.bias")]))
-        self.o = Proj(np.ascontiguousarray(get(p + "self_attn.o_proj.weight")), profile, weight_format)
+        self.o = Proj(np.ascontiguousarray(get(p + "self_attn.o_proj.weight")), profile, weight_format,
+                      numeric_mode)
         gu = np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=0)
-        self.gu = Proj(gu, profile, weight_format)
+        self.gu = Proj(gu, profile, weight_format, numeric_mode)
         del gu
         self.ff = self.gu.n // 2
-        self.down = Proj(np.ascontiguousarray(get(p + "mlp.down_proj.weight")), profile, weight_format)
+        self.down = Proj(np.ascontiguousarray(get(p + "mlp.down_proj.weight")), profile, weight_format,
+                         numeric_mode)
 
     def nbytes(self):
         return sum(self.held().values())
@@ -175,14 +181,16 @@ class TransformerBlock:
     stored (out, in)), and ``self_attn.{q,k,v}_proj.bias`` when ``qkv_bias``.
     A call naming no profile gets ``fp32_v1`` even when the process inference default
     is ``fixed15_v1`` (that default reaches the ``transformer`` family only).
+    ``numeric_mode`` (default: the process mode) is the promise its products keep.
     """
 
     def __init__(self, weights, *, n_heads, n_kv_heads=None, head_dim=None, rms_norm_eps=1e-6,
                  rope_theta=10000.0, max_positions=2048, qkv_bias=False, weight_format="float32",
-                 numeric_profile=None):
+                 numeric_profile=None, numeric_mode=None):
         from ._inputs import count, flag, positive_number
 
         f = "TransformerBlock"
+        self.numeric_mode = _modes.resolve(numeric_mode)
         self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
                                                  use="inference", family="transformer_block")
         if not isinstance(weights, dict):
@@ -246,7 +254,8 @@ class TransformerBlock:
                                  f"{tuple(get(name).shape)}, expected {shape}")
         self._layer = Layer(get, "", n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                             eps=rms_norm_eps, profile=self.numeric_profile,
-                            weight_format=weight_format, qkv_bias=qkv_bias)
+                            weight_format=weight_format, qkv_bias=qkv_bias,
+                            numeric_mode=self.numeric_mode)
         self._rope = K.rope_table(self.max_positions, head_dim, K.f32_bits(rope_theta))
 
     def __call__(self, x):

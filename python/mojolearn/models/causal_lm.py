@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from .. import modes as _modes
 from .. import profiles as _profiles
 from . import _kernels as K
 from ._inputs import count, flag, token_ids
@@ -17,6 +18,7 @@ from .loader import LazyWeights, check_weights, read_model
 # the metadata save_state writes beside the profile's field (resume checks each)
 STATE_KIND_KEY, STATE_KIND = "mojolearn.kind", "generation_state.v1"
 STATE_MODEL_KEY, STATE_FORMAT_KEY = "mojolearn.model", "mojolearn.weight_format"
+STATE_MODE_KEY = "mojolearn.numeric_mode"  # the loosest mode the state was computed under
 _STATE_TENSORS = ("state.kt", "state.meta", "state.v")
 
 
@@ -38,6 +40,7 @@ class GenerationState:
         batch, max_tokens, layers, kv_heads, head_dim = dims
         self.model_key = model_key
         self.numeric_profile = numeric_profile
+        self.numeric_mode = "identical"  # the loosest mode any of its tokens was computed under
         self.batch_size = batch
         self.max_tokens = max_tokens
         self.length = 0
@@ -46,7 +49,8 @@ class GenerationState:
 
     def __repr__(self):
         return (f"GenerationState(batch_size={self.batch_size}, length={self.length}, "
-                f"max_tokens={self.max_tokens}, numeric_profile={self.numeric_profile!r})")
+                f"max_tokens={self.max_tokens}, numeric_profile={self.numeric_profile!r}, "
+                f"numeric_mode={self.numeric_mode!r})")
 
 
 def _is_int(v) -> bool:
@@ -56,7 +60,12 @@ def _is_int(v) -> bool:
 class CausalLM:
     """A Llama-family causal language model computing under a numeric profile.
 
-    ``CausalLM.load(path, weight_format="float32", numeric_profile=None, max_positions=None)``.
+    ``CausalLM.load(path, weight_format="float32", numeric_profile=None, max_positions=None,
+    numeric_mode=None)``. ``numeric_profile`` is the number format of the products,
+    ``numeric_mode`` the promise they keep (``identical`` by default through the process
+    mode; ``deterministic`` / ``fast`` run mojolearn.modes' looser fixed orders); the
+    object reports both. A state carries the loosest mode it was computed under and is
+    refused by a stricter model.
     ``forward(ids, state=None)`` -> float32 logits (batch, length, vocab);
     ``allocate_state(batch_size, max_tokens)``, ``step(ids, state)``,
     ``generate(ids, max_new_tokens, greedy=True, seed=None)``,
@@ -71,7 +80,9 @@ class CausalLM:
     """
 
     def __init__(self, config: ModelConfig, weights: dict, *, weight_format="float32",
-                 numeric_profile=None, max_positions=None, source="weights", _owned=False):
+                 numeric_profile=None, max_positions=None, source="weights", _owned=False,
+                 numeric_mode=None):
+        self.numeric_mode = _modes.resolve(numeric_mode)
         self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
                                                  use="inference", family="transformer")
         self.weight_format = check_weight_format(weight_format)
@@ -108,7 +119,7 @@ class CausalLM:
         # the gather reads too (exact copies of the rows, M-2); otherwise the gather reads
         # the table as stored and the head holds its own form (panels, or int15 codes)
         head = embed if cfg.tie_word_embeddings else np.ascontiguousarray(pop("lm_head.weight"))
-        self.head = Proj(head, self.numeric_profile, "float32")
+        self.head = Proj(head, self.numeric_profile, "float32", self.numeric_mode)
         del head
         self.embed = None if (cfg.tie_word_embeddings and not self.head.fixed15) else embed
         del embed
@@ -119,6 +130,7 @@ class CausalLM:
                 lambda n: np.asarray(pop(n)), p, n_heads=cfg.num_attention_heads,
                 n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, eps=cfg.rms_norm_eps,
                 profile=self.numeric_profile, weight_format=self.weight_format,
+                numeric_mode=self.numeric_mode,
                 qkv_bias=cfg.qkv_bias))
         self.eps_bits = K.f32_bits(cfg.rms_norm_eps)
         self._rope = K.rope_table(self.max_positions, cfg.head_dim, K.f32_bits(cfg.rope_theta))
@@ -126,7 +138,8 @@ class CausalLM:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load(cls, path, *, weight_format="float32", numeric_profile=None, max_positions=None):
+    def load(cls, path, *, weight_format="float32", numeric_profile=None, max_positions=None,
+             numeric_mode=None):
         """A Hugging Face directory (config.json + safetensors, F32/BF16/F16) or a .gguf file."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"mojolearn: CausalLM.load: path must be a str or os.PathLike, got "
@@ -138,7 +151,8 @@ class CausalLM:
         check_max_positions(max_positions, 1)
         cfg, weights = read_model(path, lazy=True)
         return cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
-                   max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True)
+                   max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True,
+                   numeric_mode=numeric_mode)
 
     def nbytes(self):
         """Bytes held by the weights (embedding, head, norms, blocks): sum of held()."""
@@ -198,6 +212,11 @@ class CausalLM:
             raise ValueError(f"mojolearn: {func}: state was changed from outside ({broken}); "
                              f"only the model writes a state: allocate a new one or resume a "
                              f"saved one")
+        if state.numeric_mode not in _modes.MODES:
+            raise ValueError(f"mojolearn: {func}: state was changed from outside "
+                             f"(numeric_mode={state.numeric_mode!r}); only the model writes a "
+                             f"state: allocate a new one or resume a saved one")
+        _modes.check_resume(state.numeric_mode, self.numeric_mode, f"{func}: state")
         if B is not None and B != n:
             raise ValueError(f"mojolearn: {func}: ids have batch {B} but the state holds "
                              f"{n} sequences")
@@ -251,6 +270,8 @@ class CausalLM:
         for i, layer in enumerate(self.layers):
             layer.forward(x, B, L, pos0, state.kt[i], state.v[i], self._rope)
         state.length = pos0 + L
+        if _modes.MODES.index(self.numeric_mode) > _modes.MODES.index(state.numeric_mode):
+            state.numeric_mode = self.numeric_mode  # its cache now holds looser bits
         if last_only:
             x = np.ascontiguousarray(x.reshape(B, L, d)[:, -1, :])
             L = 1
@@ -378,7 +399,8 @@ class CausalLM:
         checkpoint._save(path, {"state.kt": state.kt, "state.v": state.v, "state.meta": meta},
                          self.numeric_profile,
                          {STATE_KIND_KEY: STATE_KIND, STATE_MODEL_KEY: c.fingerprint(),
-                          STATE_FORMAT_KEY: self.weight_format})
+                          STATE_FORMAT_KEY: self.weight_format,
+                          STATE_MODE_KEY: state.numeric_mode})
 
     def resume(self, path):
         """Read a state written by save_state. A state written under another profile,
@@ -415,6 +437,12 @@ class CausalLM:
             raise ValueError(f"mojolearn: {where}: the state was made under weight_format "
                              f"{fmt!r}; this model computes with weight_format "
                              f"{self.weight_format!r}: load the model with weight_format={fmt!r}")
+        saved_mode = info.get(STATE_MODE_KEY)
+        if saved_mode not in _modes.MODES:
+            raise ValueError(f"mojolearn: {where}: the state's {STATE_MODE_KEY!r} is "
+                             f"{saved_mode!r}, not one of {', '.join(_modes.MODES)}; the file "
+                             f"was edited or written before states recorded their mode")
+        _modes.check_resume(saved_mode, self.numeric_mode, where)
         m = arrays["state.meta"]
         ok = m.shape == (8,) and bool(np.all(np.isfinite(m))) and bool(np.all(np.floor(m) == m)) \
             and bool(np.all((m >= 0) & (m <= 2 ** 24)))
@@ -448,6 +476,7 @@ class CausalLM:
         st.kt[...] = arrays["state.kt"]
         st.v[...] = arrays["state.v"]
         st.length = length
+        st.numeric_mode = saved_mode
         return st
 
 __all__ = ["CausalLM", "GenerationState"]
