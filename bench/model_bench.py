@@ -91,12 +91,15 @@ def run_models(B, threads, quick, torch):
     # the same profile with the projections held low-bit (read widened by the kernels)
     low = {fmt: CausalLM.load(model_dir, numeric_profile="fp32_v1", weight_format=fmt)
            for fmt in ("int8", "bfloat16")}
+    # the same model under numeric_mode fast: the price of the promise
+    fast = CausalLM.load(model_dir, numeric_profile="fp32_v1", numeric_mode="fast")
     f32_bytes = sum(4 * int(np.prod(s)) for s in expected_shapes(f32.config).values())
     n = 64 if quick else 512
     ids = (np.arange(n, dtype=np.int64)[None, :] * 7919) % f32.config.vocab_size
     cont = {"mojolearn": lambda: f32.forward(ids), "fixed15_v1": lambda: f15.forward(ids)}
     for fmt, lm in low.items():
         cont[f"fp32_v1_{fmt}"] = lambda lm=lm: lm.forward(ids)
+    cont["fp32_v1_fast"] = lambda: fast.forward(ids)
     hf = None
     if torch is not None:
         import transformers
@@ -140,6 +143,7 @@ def run_models(B, threads, quick, torch):
     dcont = {"mojolearn": lambda: f32.generate(p, new), "fixed15_v1": lambda: f15.generate(p, new)}
     for fmt, lm in low.items():
         dcont[f"fp32_v1_{fmt}"] = lambda lm=lm: lm.generate(p, new)
+    dcont["fp32_v1_fast"] = lambda: fast.generate(p, new)
     if hf is not None:
         tp = torch.from_numpy(p)
 
@@ -156,7 +160,7 @@ def run_models(B, threads, quick, torch):
         drow["lowbit_over_float32"] = _lowbit_ratios(drow, low)
         for fmt, r in drow["lowbit_over_float32"].items():
             print(f"    fp32_v1 {fmt} weights: {r:.2f}x the float32 weights' decode speed")
-    del low
+    del low, fast
     del hf
     if not quick:
         print("peak memory of a loaded model (a subprocess each)")

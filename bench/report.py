@@ -57,6 +57,19 @@ CPU_ROWS = [
      ["causallm;smollm2-135m;decode;32"]),
     ("`mojolearn.torch` mode on vs off, transformers SmolLM2-135M prefill",
      ["torch-identical;smollm2-135m;prefill;512"]),
+    ("numeric_mode fast over identical: fp32.v1 1024³ / 2048³ NN, SmolLM2 prefill / decode",
+     [("matmul;fp32.v1;NN;1024;1024;1024", "fast"), ("matmul;fp32.v1;NN;2048;2048;2048", "fast"),
+      ("causallm;smollm2-135m;prefill;512", "fast"), ("causallm;smollm2-135m;decode;32", "fast")]),
+    ("SmolLM2 int8 / bf16 weights over float32 (fp32_v1): prefill",
+     [("causallm;smollm2-135m;prefill;512", "lowbit:int8"),
+      ("causallm;smollm2-135m;prefill;512", "lowbit:bfloat16")]),
+    ("SmolLM2 int8 / bf16 weights over float32 (fp32_v1): greedy decode",
+     [("causallm;smollm2-135m;decode;32", "lowbit:int8"),
+      ("causallm;smollm2-135m;decode;32", "lowbit:bfloat16")]),
+    ("SmolLM2 held after load over float32 bytes: fp32_v1 int8 / bf16, fixed15_v1",
+     [("causallm;smollm2-135m;prefill;512", "held:fp32_v1:int8"),
+      ("causallm;smollm2-135m;prefill;512", "held:fp32_v1:bfloat16"),
+      ("causallm;smollm2-135m;prefill;512", "held:fixed15_v1:float32")]),
 ]
 
 # the GPU bench (host operands copied to the device and back): (label, cases)
@@ -74,7 +87,7 @@ def load(results: Path = RESULTS) -> dict:
     """Every committed result file, by kind: {"cpu": [...], "gpu": [...], "resident": [...],
     "quality": [...]}; each entry is (file name, parsed JSON). Files of the -quick smoke
     run are left out (they are not committed)."""
-    out = {"cpu": [], "gpu": [], "resident": [], "quality": []}
+    out = {"cpu": [], "gpu": [], "resident": [], "quality": [], "drift": []}
     for p in sorted(results.glob("*.json")):
         if p.stem.endswith("-quick"):
             continue
@@ -93,11 +106,31 @@ def _field(data: dict, key: str) -> str:
     return str(v) if v not in (None, "") else NOT_RECORDED
 
 
-def _ratio(cases: dict, name: str) -> str:
+def _ratio(cases: dict, name) -> str:
+    """A case's figure: its ``ratio``, or for (case, key): "fast" the identical time over
+    the fast contender's (> 1: fast is faster), "lowbit:<fmt>" the model row's low-bit
+    speed over float32, "held:<profile>:<fmt>" a memory row's held bytes over the float32
+    weight bytes."""
+    name, key = (name, None) if isinstance(name, str) else name
     c = cases.get(name)
-    if c is None or c.get("ratio") is None:
+    if c is None:
         return DASH
-    return f"{c['ratio']:.2f}"
+    v = None
+    if key is None:
+        v = c.get("ratio")
+    elif key == "fast":
+        r = c.get("ratios", {}).get("fp32_v1_fast") or c.get("ratios", {}).get("fast")
+        v = None if not r or not r.get("median") else 1 / r["median"]
+    elif key.startswith("lowbit:"):
+        v = (c.get("lowbit_over_float32") or {}).get(key.split(":", 1)[1])
+    elif key.startswith("held:"):
+        _, prof, fmt = key.split(":")
+        for m in c.get("memory") or []:
+            if m.get("profile") == prof and m.get("weight_format") == fmt:
+                v = m.get("held_over_f32_weight_bytes")
+    if v is None:
+        return DASH
+    return f"{v:.2f}" if not (key or "").startswith("held:") else f"{v:.3f}"
 
 
 def _cell(cases: dict, names: list) -> str:
@@ -195,6 +228,31 @@ def quality_table(files: list) -> list:
     return lines
 
 
+def drift_table(files: list) -> list:
+    """The drift rows (`python -m mojolearn drift`): what a looser numeric mode does to a
+    model's outputs against identical, one row per file."""
+    if not files:
+        return ["(no drift result files in bench/results/)"]
+    lines = ["| model, profile | mode | max abs diff | ulps: median / 99% | bit-identical logits | "
+             "perplexity change (95% interval) | greedy agreement | box, date | file |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, d in files:
+        lg, pp, g = d.get("logits", {}), d.get("perplexity", {}), d.get("greedy", {})
+        iv = pp.get("interval") or [None, None]
+        cells = [f"{_field(d, 'model')}, {_field(d, 'numeric_profile')}", _field(d, "mode"),
+                 f"{lg['max_abs']:.2g}" if "max_abs" in lg else DASH,
+                 (f"{lg['median_ulps']:.0f} / {lg['p99_ulps']:.0f}" if "p99_ulps" in lg else DASH),
+                 f"{lg['identical_fraction']:.3f}" if "identical_fraction" in lg else DASH,
+                 (f"{pp['change']:+.2e} ({iv[0]:+.1e} .. {iv[1]:+.1e})"
+                  if "change" in pp and None not in iv else DASH),
+                 (f"{g['agreement']:.3f} of {g.get('prompts')} x {g.get('new_tokens')}"
+                  if g.get("agreement") is not None else DASH),
+                 f"{_short_box(_field(d, 'box'))} ({_field(d, 'isa')}), {_field(d, 'date')}",
+                 f"`{name}`"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def render(results: Path = RESULTS) -> str:
     """The whole report (Markdown), as the README holds it between its markers."""
     r = load(results)
@@ -207,6 +265,9 @@ def render(results: Path = RESULTS) -> str:
     out += gpu_table(r["gpu"], r["resident"])
     out += ["", "Quality gate (`make quality`): what `fixed15_v1` does to held-out perplexity.", ""]
     out += quality_table(r["quality"])
+    out += ["", "Drift (`python -m mojolearn drift`): what a looser `numeric_mode` does to a "
+            "model's outputs against `identical`.", ""]
+    out += drift_table(r["drift"])
     return "\n".join(out) + "\n"
 
 

@@ -124,6 +124,12 @@ def race(contenders, reps, settle_after):
     return {k: (statistics.median(v), v) for k, v in times.items()}
 
 
+def _under(mode, f):
+    """f() with this thread's numeric mode set to ``mode`` (mojolearn.modes.using)."""
+    with mojolearn.modes.using(mode):
+        return f()
+
+
 def numpy_quantize(x, s, c):
     """A numpy-written quantizer (the baseline; not the contract's oracle): codes of
     |value| < 2**(s+1) with a power-of-two exponent per row."""
@@ -255,6 +261,9 @@ def main(argv=None):
             ref = (A.T if ta else A) @ (Bm.T if tb else Bm)
             f = lambda A=A, Bm=Bm, ta=ta, tb=tb: linalg.matmul(A, Bm, transpose_a=ta, transpose_b=tb)
             cont = {"mojolearn": f, "numpy": lambda A=A, Bm=Bm, ta=ta, tb=tb: (A.T if ta else A) @ (Bm.T if tb else Bm)}
+            if lay != "TN":
+                # the price of the promise: the same call under numeric_mode fast
+                cont["fast"] = lambda f=f: _under("fast", f)
             if torch is not None:
                 tA, tB = torch.from_numpy(A), torch.from_numpy(Bm)
                 cont["torch"] = lambda tA=tA, tB=tB, ta=ta, tb=tb: torch.mm(tA.t() if ta else tA, tB.t() if tb else tB)
@@ -282,6 +291,7 @@ def main(argv=None):
                 continue
             P = linalg.prepare(Wt, transpose_b=tb)
             cont = {"mojolearn": lambda X=X, P=P, tb=tb: linalg.matmul(X, P, transpose_b=tb),
+                    "fast": lambda X=X, P=P, tb=tb: _under("fast", lambda: linalg.matmul(X, P, transpose_b=tb)),
                     "raw": lambda X=X, Wt=Wt, tb=tb: linalg.matmul(X, Wt, transpose_b=tb),
                     "numpy": lambda X=X, Wt=Wt, tb=tb: X @ (Wt.T if tb else Wt)}
             B.case(f"matmul;fp32.v1;prepared;{lay};{m};{dn};{dn}", "matmul(a, prepare(b))", "fp32.v1",

@@ -322,3 +322,37 @@ def test_states_carry_their_mode(model_dir, tmp_path, mode):
     ident.forward(ids[:, :3], st2)
     ident.save_state(tmp_path / "i.safetensors", st2)
     assert fast.resume(tmp_path / "i.safetensors").numeric_mode == "identical"
+
+
+def test_drift_measures_the_mode(model_dir):
+    """The drift tool: identical against identical drifts by nothing; fast on a model with
+    k past FAST_KC moves logits by a measured, nonzero amount; the ulp distance reads the
+    bit patterns in float order (-0 beside +0)."""
+    from mojolearn import drift
+
+    path, cfg = model_dir
+    ids = np.random.default_rng(7).integers(0, cfg["vocab_size"], size=200)
+    same = drift.measure(path, "identical", ids=ids, windows=3, window_tokens=40, prompts=2,
+                         new_tokens=5, bootstrap=50)
+    assert same["logits"] == {"max_abs": 0.0, "max_ulps": 0.0, "median_ulps": 0.0, "p99_ulps": 0.0,
+                              "identical_fraction": 1.0}
+    assert same["perplexity"]["change"] == 0.0 and same["greedy"]["agreement"] == 1.0
+    fast = drift.measure(path, "fast", ids=ids, windows=3, window_tokens=40, prompts=2,
+                         new_tokens=5, bootstrap=50)
+    assert fast["logits"]["max_ulps"] > 0 and 0 < fast["logits"]["max_abs"] < 1e-2
+    assert 0 <= fast["logits"]["identical_fraction"] < 1
+    lo, hi = fast["perplexity"]["interval"]
+    assert lo <= fast["perplexity"]["change"] <= hi
+    z = drift.logit_drift(np.array([0.0, 1.0, 4.0], F32),
+                          np.array([-0.0, np.nextafter(F32(1), F32(2)), 4.0], F32))
+    assert z["max_ulps"] == 1.0 and z["identical_fraction"] == 1 / 3  # -0 is not +0's bits
+    with pytest.raises(ValueError, match="names a numeric profile"):
+        drift.measure(path, "fixed15_v1", ids=ids, window_tokens=40)
+
+
+def test_docs_table_is_the_backends_table():
+    """docs/modes.md's table says what mojolearn.modes.BACKENDS says, cell for cell."""
+    text = (ROOT / "docs" / "modes.md").read_text()
+    for backend, row in modes.BACKENDS.items():
+        line = "| " + " | ".join([backend.upper()] + [row[m] for m in modes.MODES]) + " |"
+        assert line in text, line

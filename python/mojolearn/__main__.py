@@ -7,7 +7,8 @@ def _main() -> int:
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m mojolearn conformance [--golden FILE] [--export FILE] "
               "[--sabotage] [--quiet] [--every-isa]\n       python -m mojolearn conformance diff A.json B.json\n"
-              "       python -m mojolearn quality MODEL --profile fixed15_v1 --builtin prose ...")
+              "       python -m mojolearn quality MODEL --profile fixed15_v1 --builtin prose ...\n"
+              "       python -m mojolearn drift MODEL --mode fast ...")
         return 0 if args else 2
     if args[0] == "conformance":
         from .conformance import main
@@ -17,7 +18,12 @@ def _main() -> int:
         from .quality import main
 
         return main(args[1:])
-    print(f"mojolearn: unknown command {args[0]!r}; commands: conformance, quality", file=sys.stderr)
+    if args[0] == "drift":
+        from .drift import main
+
+        return main(args[1:])
+    print(f"mojolearn: unknown command {args[0]!r}; commands: conformance, quality, drift",
+          file=sys.stderr)
     return 2
 
 
