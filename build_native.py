@@ -168,6 +168,8 @@ def cross_object(name: str, out_dir: Path | None = None, quiet: bool = False) ->
     out_dir = out_dir or ROOT / "build" / "cross"
     out_dir.mkdir(parents=True, exist_ok=True)
     obj = out_dir / f"_native-{name}.o"
+    if up_to_date(obj):  # the sources are older than the object: nothing to compile
+        return obj
     cmd = [str(find_mojo()), "build", str(ENTRY), "-I", str(SRC), "--emit", "object",
            "--target-triple", triple, "--target-cpu", cpu, "-o", str(obj)]
     env = dict(os.environ)
