@@ -13,13 +13,24 @@ SMOKE = r"""
 import array, sys
 import mojolearn
 from mojolearn import linalg
-import mojolearn.models
 assert "site-packages" in mojolearn.__file__, mojolearn.__file__
 a = array.array("f", [1.0, 2.0, 3.0, 4.0])
 m = memoryview(a).cast("B").cast("f", (2, 2))
 c = linalg.matmul(m, m)
 assert c.tolist() == [[7.0, 10.0], [15.0, 22.0]], c.tolist()
 print("ok", mojolearn.vendor())
+try:
+    import numpy
+    has_numpy = True
+except ImportError:
+    has_numpy = False
+try:
+    import mojolearn.models
+    print("models", mojolearn.models.CausalLM.__name__, has_numpy)
+except ImportError as e:
+    assert not has_numpy, e
+    assert 'mojolearn[models]' in str(e), e
+    print("models refused without numpy")
 """
 
 
@@ -79,3 +90,14 @@ def test_wheel_installs_and_imports_in_fresh_venv(tmp_path):
                        cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok cpu" in r.stdout
+    # the core needs no numpy; the models name the extra that brings it
+    assert "models refused without numpy" in r.stdout, r.stdout
+    # with the models' extra's numpy (the pinned version) the models import
+    import numpy
+    r = subprocess.run([str(vpy), "-m", "pip", "install", "-q", f"numpy=={numpy.__version__}"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([str(vpy), "-c", SMOKE], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "models CausalLM True" in r.stdout, r.stdout

@@ -9,7 +9,16 @@ Every product runs the profile's GEMM; everything between the products (gather,
 RMSNorm, RoPE, attention scale, mask, softmax, P.V, SiLU, residuals) is a Mojo kernel
 whose arithmetic is contracts/ops/IDENTICAL_NN_CONTRACT.md. The logits do not depend
 on thread count, batch composition, prefill versus decode or CPU ISA.
+
+The models hold their weights and states in numpy arrays, so they need numpy (and
+`tokenizers` / `gguf` for tokenizers and GGUF files): `pip install "mojolearn[models]"`.
 """
+try:
+    import numpy as _np  # noqa: F401  (the models' one hard dependency beyond the core)
+except ImportError as e:  # pragma: no cover - exercised by the fresh-venv install test
+    raise ImportError("mojolearn.models needs numpy, which is not installed: "
+                      "pip install \"mojolearn[models]\" (mojolearn.linalg works without it)") from e
+
 from .block import TransformerBlock, WEIGHT_FORMATS
 from .causal_lm import CausalLM, GenerationState
 from .config import ModelConfig, SUPPORTED
