@@ -16,11 +16,13 @@ from convert.cpu.bf16 import narrow_chunk, widen_chunk
 from convert.cpu.quant import (
     quantize_int8_rows,
     quantize_int15_rows,
+    row_absmax_rows,
     dequantize_int8_rows,
     dequantize_int15_rows,
 )
 from gemm.cpu.entry import register_gemm
 from gemm.cpu.prepared import register_prepared
+from gemm.cpu.ksplit import register_ksplit
 from gemm.cpu.blocking import block_table, W
 from gemm.cpu.pack_f32 import transpose_sq
 from std.collections import Array
@@ -100,6 +102,62 @@ def quantize_int15(args: PythonObject) raises -> PythonObject:
     def work(t: Int) {imm src, imm hi, imm lo, imm exps, imm m, imm k, imm tasks}:
         var b = chunk_bounds(m, tasks, t, 1)
         quantize_int15_rows(src, k, b[0], b[1], hi, lo, exps)
+
+    run_tasks(work, tasks)
+    return PythonObject(None)
+
+
+def row_absmax(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32, out u32, m, k, tasks). The absmax of each row as the
+    quantizers read it (L-3: NaN and subnormals do not count), as the bits of |x|."""
+    var src = ptr_u32(_arg(args, 0))
+    var dst = ptr_u32(_arg(args, 1))
+    var m = _arg(args, 2)
+    var k = _arg(args, 3)
+    var tasks = _row_tasks(m, k, _arg(args, 4))
+
+    def work(t: Int) {imm src, imm dst, imm m, imm k, imm tasks}:
+        var b = chunk_bounds(m, tasks, t, 1)
+        row_absmax_rows(src, k, b[0], b[1], dst)
+
+    run_tasks(work, tasks)
+    return PythonObject(None)
+
+
+def quantize_int8_part(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32, absmax u32, codes i8, exps i32, m, k, tasks). quantize_int8
+    of rows that are columns of longer rows whose absmax bits are given (rule L-8)."""
+    var src = ptr_u32(_arg(args, 0))
+    var given = _arg(args, 1)
+    var codes = ptr_i8(_arg(args, 2))
+    var exps = ptr_i32(_arg(args, 3))
+    var m = _arg(args, 4)
+    var k = _arg(args, 5)
+    var tasks = _row_tasks(m, k, _arg(args, 6))
+
+    def work(t: Int) {imm src, imm given, imm codes, imm exps, imm m, imm k, imm tasks}:
+        var b = chunk_bounds(m, tasks, t, 1)
+        quantize_int8_rows(src, k, b[0], b[1], codes, exps, given)
+
+    run_tasks(work, tasks)
+    return PythonObject(None)
+
+
+def quantize_int15_part(args: PythonObject) raises -> PythonObject:
+    """Arguments: (src f32, absmax u32, hi i8, lo i8, exps i32, m, k, tasks).
+    quantize_int15 of rows that are columns of longer rows (rule L-8)."""
+    var src = ptr_u32(_arg(args, 0))
+    var given = _arg(args, 1)
+    var hi = ptr_i8(_arg(args, 2))
+    var lo = ptr_i8(_arg(args, 3))
+    var exps = ptr_i32(_arg(args, 4))
+    var m = _arg(args, 5)
+    var k = _arg(args, 6)
+    var tasks = _row_tasks(m, k, _arg(args, 7))
+
+    def work(t: Int) {imm src, imm given, imm hi, imm lo, imm exps, imm m, imm k, imm tasks}:
+        var b = chunk_bounds(m, tasks, t, 1)
+        quantize_int15_rows(src, k, b[0], b[1], hi, lo, exps, given)
 
     run_tasks(work, tasks)
     return PythonObject(None)
@@ -297,6 +355,9 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[from_bf16]("from_bf16")
         m.def_function[quantize_int8]("quantize_int8")
         m.def_function[quantize_int15]("quantize_int15")
+        m.def_function[row_absmax]("row_absmax")
+        m.def_function[quantize_int8_part]("quantize_int8_part")
+        m.def_function[quantize_int15_part]("quantize_int15_part")
         m.def_function[dequantize_int8]("dequantize_int8")
         m.def_function[dequantize_int15]("dequantize_int15")
         m.def_function[strided_copy]("strided_copy")
@@ -306,6 +367,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[blocking]("blocking")
         register_gemm(m)
         register_prepared(m)
+        register_ksplit(m)
         register_nn(m)
         register_nn_gpu_reference(m)
         register_gemm_gpu_reference(m)

@@ -40,6 +40,13 @@ def exponent_of(absmax_bits: UInt32, shift: Int) -> Int:
 
 def row_exponent(src: U32Ptr, k: Int, shift: Int) -> Int:
     """The exponent of one contiguous row of k float32 values (as bits)."""
+    return exponent_of(row_absmax_bits(src, k), shift)
+
+
+def row_absmax_bits(src: U32Ptr, k: Int) -> UInt32:
+    """The absmax of one contiguous row of k float32 values, as the bits of |x| (0 when
+    no value counts: absmax_step). A max, so the absmax of a row split in pieces is the
+    max of the pieces' (the k-split's quantization, rule L-8)."""
     comptime W = simd_width_of[DType.uint32]()
     var best = SIMD[DType.uint32, W](0)
     var i = 0
@@ -50,7 +57,7 @@ def row_exponent(src: U32Ptr, k: Int, shift: Int) -> Int:
     while i < k:
         top = absmax_step[1](SIMD[DType.uint32, 1](top), src.unsafe_load[width=1](i))[0]
         i += 1
-    return exponent_of(top, shift)
+    return top
 
 
 def row_exponent_strided(src: U32Ptr, n: Int, stride: Int, shift: Int) -> Int:

@@ -8,13 +8,13 @@ rounded twice).
 from __future__ import annotations
 
 from ._array import Array, empty
-from ._native_loader import native
+from ._native_loader import cpu_native, native
 from ._threads import tasks
 from ._validate import buf, contiguous
 
 __all__ = [
     "to_bf16", "from_bf16", "quantize_int8", "dequantize_int8",
-    "quantize_int15", "dequantize_int15",
+    "quantize_int15", "dequantize_int15", "row_absmax",
 ]
 
 
@@ -36,29 +36,85 @@ def from_bf16(bits) -> Array:
     return out
 
 
-def quantize_int8(x):
-    """2-D float32 -> (int8 codes (m, k), int32 exponents (m,)) (rules L-3, L-4)."""
-    b = buf(x, "quantize_int8", "x", ("float32",), ndim=2)
+def _absmax_arg(absmax, func, m):
+    """``absmax=`` of a quantizer: float32 (m,), checked without touching data, or None."""
+    if absmax is None:
+        return None
+    a = buf(absmax, func, "absmax", ("float32",), ndim=1, copy=False)
+    if a.shape[0] != m:
+        raise ValueError(
+            f"mojolearn: {func}: absmax has length {a.shape[0]} but x has {m} rows; pass one "
+            "absmax per row (row_absmax of each piece of the rows, max-reduced)")
+    return a
+
+
+def quantize_int8(x, *, absmax=None):
+    """2-D float32 -> (int8 codes (m, k), int32 exponents (m,)) (rules L-3, L-4).
+
+    ``absmax`` (float32 (m,)): x holds some columns of longer rows whose absmax is this
+    (``row_absmax`` of every piece, max-reduced): each row's exponent is that of the
+    whole row, so the codes are the whole rows' codes for these columns (rule L-8, the
+    k-split). It is read as one more element of the row."""
+    b = buf(x, "quantize_int8", "x", ("float32",), ndim=2, copy=False)
     m, k = b.shape
+    am = _absmax_arg(absmax, "quantize_int8", m)
+    b = contiguous(b, "quantize_int8", "x")
     codes = empty("int8", (m, k), func="quantize_int8")
     exps = empty("int32", (m,), func="quantize_int8")
     if m:
-        native().quantize_int8((b.addr, codes.address, exps.address, m, k, tasks()))
+        if am is None:
+            native().quantize_int8((b.addr, codes.address, exps.address, m, k, tasks()))
+        else:
+            am = contiguous(am, "quantize_int8", "absmax")
+            _cpu_only("quantize_int8")
+            cpu_native().quantize_int8_part((b.addr, am.addr, codes.address, exps.address, m,
+                                             k, tasks()))
     return codes, exps
 
 
-def quantize_int15(x):
-    """2-D float32 -> (hi int8, lo int8, int32 exponents); code = hi*128 + lo (W-1..W-3)."""
-    b = buf(x, "quantize_int15", "x", ("float32",), ndim=2)
+def quantize_int15(x, *, absmax=None):
+    """2-D float32 -> (hi int8, lo int8, int32 exponents); code = hi*128 + lo (W-1..W-3).
+    ``absmax`` as for ``quantize_int8`` (the k-split, rule L-8)."""
+    b = buf(x, "quantize_int15", "x", ("float32",), ndim=2, copy=False)
     m, k = b.shape
+    am = _absmax_arg(absmax, "quantize_int15", m)
+    b = contiguous(b, "quantize_int15", "x")
     hi = empty("int8", (m, k), func="quantize_int15")
     lo = empty("int8", (m, k), func="quantize_int15")
     exps = empty("int32", (m,), func="quantize_int15")
     if m:
-        native().quantize_int15(
-            (b.addr, hi.address, lo.address, exps.address, m, k, tasks())
-        )
+        if am is None:
+            native().quantize_int15(
+                (b.addr, hi.address, lo.address, exps.address, m, k, tasks())
+            )
+        else:
+            am = contiguous(am, "quantize_int15", "absmax")
+            _cpu_only("quantize_int15")
+            cpu_native().quantize_int15_part((b.addr, am.addr, hi.address, lo.address,
+                                              exps.address, m, k, tasks()))
     return hi, lo, exps
+
+
+def row_absmax(x) -> Array:
+    """float32 (m, k) -> float32 (m,): each row's absmax as the quantizers read it (rule
+    L-3: the largest |x|; NaN and subnormal values do not count; 0 for a row with none).
+    A max, so the absmax of rows split into column pieces is the max of the pieces'
+    (reduce it across workers, e.g. all_reduce with MAX, and pass it as ``absmax=``)."""
+    b = buf(x, "row_absmax", "x", ("float32",), ndim=2)
+    m, k = b.shape
+    out = empty("float32", (m,), func="row_absmax")
+    if m and k:
+        _cpu_only("row_absmax")
+        cpu_native().row_absmax((b.addr, out.address, m, k, tasks()))
+    return out
+
+
+def _cpu_only(func):
+    if native() is not cpu_native():
+        raise ValueError(
+            f"mojolearn: {func}: absmax= and row_absmax (the k-split's quantization) run on "
+            "the CPU build in this version and this process computes on the GPU; call "
+            "mojolearn.set_device('cpu') (the bits are the same)")
 
 
 def _exps_for(exponents, func, m):

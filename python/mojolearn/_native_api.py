@@ -46,7 +46,8 @@ ENTRIES = (
     # GEMMs: return the workspace bytes the call needed (0 on the GPU)
     Entry("gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16", "b_bf16",
                        "mode") + _GEMM_TAIL, "both", "int",
-          "fp32.v1 / bf16f32.v1 (mode: the numeric mode, 0 identical 1 deterministic 2 fast)"),
+          "fp32.v1 / bf16f32.v1 (mode: the numeric mode, 0 identical 1 deterministic 2 fast; "
+          "-L: leaves of exactly L, a k-split piece, rule 6.7)"),
     Entry("gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k")
           + _GEMM_TAIL, "both", "int", "int8i32.v1"),
     Entry("gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k")
@@ -68,6 +69,21 @@ ENTRIES = (
                                "k") + _GEMM_TAIL, "cpu", "int", "int8i32.v1, B prepared"),
     Entry("gemm_int15_packed", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "b_packed", "c",
                                 "m", "n", "k") + _GEMM_TAIL, "cpu", "int", "int15i64.v1, B prepared"),
+    # the k-split (contract 6.7, L-8): pieces of a product over a range of k and their folds
+    Entry("f32_leaf", ("k", "mode"), "cpu", "int", "the leaf size a product over k runs (6.2)"),
+    Entry("f32_tree_add", ("x", "y", "out", "count", "tasks"), "cpu",
+          doc="ftz(x + y) element by element (6.4's tree sum)"),
+    Entry("int_sums", ("a_hi", "a_lo", "b_hi", "b_lo", "out_i64", "m", "n", "k", "int15", "tasks"),
+          "cpu", doc="exact int64 sums of code products, NT (L-8)"),
+    Entry("int_sums_add", ("x_i64", "y_i64", "out_i64", "count"), "cpu"),
+    Entry("int_epilogue", ("s_i64", "ea", "eb", "c", "m", "n", "tasks"), "cpu",
+          doc="ftz(f32(S) * pow2f(ea[i] + eb[j])) (L-5, W-3)"),
+    Entry("row_absmax", ("src_f32", "out_u32", "m", "k", "tasks"), "cpu",
+          doc="the quantizers' absmax of each row, as bits (L-3)"),
+    Entry("quantize_int8_part", ("src_f32", "absmax_u32", "codes_i8", "exps_i32", "m", "k",
+                                 "tasks"), "cpu"),
+    Entry("quantize_int15_part", ("src_f32", "absmax_u32", "hi_i8", "lo_i8", "exps_i32", "m",
+                                  "k", "tasks"), "cpu"),
     Entry("strided_copy", ("src", "dst", "itemsize", "ndim", "shape", "byte_strides"), "both"),
     Entry("mxcsr", (), "both", "int", "the calling thread's MXCSR"),
     # CPU builds only

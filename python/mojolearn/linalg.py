@@ -15,9 +15,16 @@ PREPARED WEIGHTS
     matmul_bf16 take the result in place of b (same bits, no packing per call).
     prepare(quantized tuple) does the same for matmul_int8 / matmul_int15.
 
+THE K-SPLIT (contract 6.7, L-8)
+    matmul_part / matmul_int8_part / matmul_int15_part compute the part of a product
+    that a range of k contributes (a worker holding some columns of k);
+    fold_parts joins the parts of every range with the one-call bits; k_split gives
+    ranges that fp32.v1 can split on (whole leaves), leaf_size the leaf.
+
 THE CONVERTERS
     to_bf16 / from_bf16, quantize_int8 / dequantize_int8, quantize_int15 /
-    dequantize_int15.
+    dequantize_int15; row_absmax and the quantizers' absmax= quantize rows split
+    into column pieces as whole rows.
 
 Every function computes in the Mojo extension; Python only checks arguments.
 Results are mojolearn.Array (zero-copy through memoryview / numpy.asarray).
@@ -28,7 +35,17 @@ from ._convert import (
     from_bf16,
     quantize_int8,
     quantize_int15,
+    row_absmax,
     to_bf16,
+)
+from ._ksplit import (
+    PartialProduct,
+    fold_parts,
+    k_split,
+    leaf_size,
+    matmul_int8_part,
+    matmul_int15_part,
+    matmul_part,
 )
 from ._gemm import release_workspace
 from ._prepared import PreparedWeight, prepare
@@ -56,6 +73,8 @@ __all__ = [
     "to_bf16", "from_bf16", "quantize_int8", "dequantize_int8",
     "quantize_int15", "dequantize_int15", "INT8_MAX_K", "INT15_MAX_K",
     "PROFILE_NAMES", "backend", "release_workspace", "prepare", "PreparedWeight",
+    "matmul_part", "matmul_int8_part", "matmul_int15_part", "fold_parts", "PartialProduct",
+    "k_split", "leaf_size", "row_absmax",
 ]
 
 

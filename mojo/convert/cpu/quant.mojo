@@ -9,17 +9,37 @@ from std.sys import simd_width_of
 from common.ptr import F32Ptr, U32Ptr, I8Ptr, I32Ptr
 from arith.fp import pow2f
 from arith.quant import (
-    row_exponent, quant_scale, codes, split15, join15, scale_pow2,
+    row_exponent, row_absmax_bits, absmax_step, exponent_of, quant_scale, codes, split15, join15, scale_pow2,
     INT8_SHIFT, INT15_SHIFT, INT8_CMAX, INT15_CMAX,
 )
 
 comptime W = simd_width_of[DType.float32]()
 
 
-def quantize_int8_rows(src: U32Ptr, k: Int, row_start: Int, row_end: Int, out_codes: I8Ptr, exps: I32Ptr):
+@always_inline
+def _row_e(row: U32Ptr, k: Int, r: Int, given: Int, shift: Int) -> Int:
+    """The row's exponent (L-3, W-1); given != 0: the address of one float32 per row,
+    the absmax of whole rows of which this row holds some columns (the k-split, rule
+    L-8), read as one more element of the row (absmax_step: its magnitude counts
+    unless it is NaN or subnormal)."""
+    var top = row_absmax_bits(row, k)
+    if given != 0:
+        top = absmax_step[1](SIMD[DType.uint32, 1](top),
+                             SIMD[DType.uint32, 1](U32Ptr(unsafe_from_address=given).unsafe_load(r)))[0]
+    return exponent_of(top, shift)
+
+
+def row_absmax_rows(src: U32Ptr, k: Int, row_start: Int, row_end: Int, dst: U32Ptr):
+    """The absmax bits of each row (arith.quant.row_absmax_bits)."""
+    for r in range(row_start, row_end):
+        dst.unsafe_store(r, row_absmax_bits(src.unsafe_offset(r * k), k))
+
+
+def quantize_int8_rows(src: U32Ptr, k: Int, row_start: Int, row_end: Int, out_codes: I8Ptr, exps: I32Ptr,
+                       given: Int = 0):
     for r in range(row_start, row_end):
         var row = src.unsafe_offset(r * k)
-        var e = row_exponent(row, k, INT8_SHIFT)
+        var e = _row_e(row, k, r, given, INT8_SHIFT)
         exps.unsafe_store(r, Int32(e))
         var scale = quant_scale(e)
         var out = out_codes.unsafe_offset(r * k)
@@ -33,11 +53,12 @@ def quantize_int8_rows(src: U32Ptr, k: Int, row_start: Int, row_end: Int, out_co
 
 
 def quantize_int15_rows(
-    src: U32Ptr, k: Int, row_start: Int, row_end: Int, hi: I8Ptr, lo: I8Ptr, exps: I32Ptr
+    src: U32Ptr, k: Int, row_start: Int, row_end: Int, hi: I8Ptr, lo: I8Ptr, exps: I32Ptr,
+    given: Int = 0,
 ):
     for r in range(row_start, row_end):
         var row = src.unsafe_offset(r * k)
-        var e = row_exponent(row, k, INT15_SHIFT)
+        var e = _row_e(row, k, r, given, INT15_SHIFT)
         exps.unsafe_store(r, Int32(e))
         var scale = quant_scale(e)
         var h = hi.unsafe_offset(r * k)

@@ -27,7 +27,8 @@ def _arg(args: PythonObject, i: Int) raises -> Int:
 def gemm_f32(args: PythonObject) raises -> PythonObject:
     """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, mode, tasks,
     sabotage, workspace address, workspace bytes). mode: the numeric mode (0 identical:
-    fp32.v1; 1 deterministic, 2 fast: fp32_v1.mode_leaf's leaves). Returns the workspace bytes this call
+    fp32.v1; 1 deterministic, 2 fast: fp32_v1.mode_leaf's leaves; -L: leaves of exactly
+    L, a piece of a k-split product, rule 6.7). Returns the workspace bytes this call
     needed: the caller keeps a buffer that large for the next call (a workspace
     that is too small is replaced by a temporary one)."""
     var g = GemmArgs(

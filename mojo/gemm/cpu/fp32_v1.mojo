@@ -50,7 +50,12 @@ struct GemmArgs(ImplicitlyCopyable, Movable):
 def mode_leaf(mode: Int, k: Int) -> Int:
     """The leaf a call runs: rule 6.2's leaf_size(k) under numeric_mode identical (0);
     under deterministic (1) and fast (2) leaves of at least FAST_KC k-steps (a fixed
-    order chosen for this build: fewer tree merges), folded by the same tree."""
+    order chosen for this build: fewer tree merges), folded by the same tree.
+    A negative mode -L asks for leaves of exactly L k-steps: a node of a longer
+    product's tree (rule 6.7: the k-split's pieces, mojolearn._ksplit), computed on the
+    node's columns of k with the whole product's leaf size."""
+    if mode < 0:
+        return -mode
     if mode == 0:
         return leaf_size(k)
     return max(leaf_size(k), FAST_KC)
