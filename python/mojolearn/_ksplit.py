@@ -338,11 +338,10 @@ def fold_parts(parts, *, out=None) -> Array:
     for i in order:
         p = parts[i]
         if p.k_start != at:
-            what = "overlaps" if p.k_start < at else "leaves a gap before"
+            what = "an overlap" if p.k_start < at else "a gap"
             raise ValueError(
-                f"mojolearn: {func}: parts[{i}] covers [{p.k_start}, {p.k_stop}), which "
-                f"{what} the ranges before it (they reach {at}); the parts must cover "
-                f"[0, {p0.k}) once")
+                f"mojolearn: {func}: parts[{i}] covers [{p.k_start}, {p.k_stop}) but the "
+                f"ranges before it reach {at}: {what}; the parts must cover [0, {p0.k}) once")
         at = p.k_stop
     if at != p0.k:
         raise ValueError(f"mojolearn: {func}: the parts cover [0, {at}) of k = {p0.k}; pass "
