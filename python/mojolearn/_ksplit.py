@@ -158,6 +158,13 @@ def _own(b: Buf, func) -> Array:
     return out
 
 
+def _addr(v) -> int:
+    """The address of a part's C-contiguous buffer (an Array, or any buffer a caller of
+    PartialProduct._made passed: the models hand numpy arrays)."""
+    a = getattr(v, "address", None)
+    return a if a is not None else read(v, func="fold_parts", arg="values").addr
+
+
 def _check_bounds(func, k, k_start, k_stop, leaf):
     ok_start = k_start % leaf == 0
     ok_stop = k_stop == k or k_stop % leaf == 0
@@ -363,10 +370,10 @@ def fold_parts(parts, *, out=None) -> Array:
                     f"rows (rule L-8: row_absmax of each range, max-reduced, as absmax=)")
         nat = cpu_native()
         total = empty("int64", (m, n), func=func, zero=False)
-        ctypes.memmove(total.address, p0.values.address, total.nbytes)
+        ctypes.memmove(total.address, _addr(p0.values), total.nbytes)
         for p in parts[1:]:
-            nat.int_sums_add((total.address, p.values.address, total.address, m * n))
-        nat.int_epilogue((total.address, p0.a_exps.address, p0.b_exps.address, caddr, m, n,
+            nat.int_sums_add((total.address, _addr(p.values), total.address, m * n))
+        nat.int_epilogue((total.address, _addr(p0.a_exps), _addr(p0.b_exps), caddr, m, n,
                           tasks()))
     return res
 
@@ -380,7 +387,7 @@ def _fold_tree(parts, caddr, m, n):
     have = {}
     for p in parts:
         for i, node in enumerate(p.nodes):
-            have[node] = p.values.address + 4 * i * m * n
+            have[node] = _addr(p.values) + 4 * i * m * n
     keep = []  # temporaries alive until the root is written
     nat = cpu_native()
     t = tasks()

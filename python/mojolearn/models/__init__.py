@@ -23,9 +23,10 @@ from .block import TransformerBlock, WEIGHT_FORMATS
 from .causal_lm import CausalLM, GenerationState
 from .config import ModelConfig, SUPPORTED
 from .tokenizer import Tokenizer
+from .parallel import ParallelCausalLM, ParallelGenerationState, LAYOUTS
 
 __all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
-           "SUPPORTED", "WEIGHT_FORMATS"]
+           "SUPPORTED", "WEIGHT_FORMATS", "ParallelCausalLM", "ParallelGenerationState", "LAYOUTS"]
 
 
 def __dir__():

@@ -250,3 +250,44 @@ def mean_rows(x):
     if rows and n:
         native().nn_mean((_a(x), _a(out), rows, n, tasks()))
     return out
+
+
+# ------------------------------------------------------------------ the k-split (6.7, L-8)
+def row_absmax(x):
+    """The quantizers' absmax of each row of x (rows, k) float32, as float32 (L-3)."""
+    m, k = x.shape
+    out = np.zeros((m,), dtype=np.float32)
+    if m and k:
+        native().row_absmax((_a(x), _a(out), m, k, tasks()))
+    return out
+
+
+def quantize8_part(x, absmax):
+    """quantize8 of rows that are columns of longer rows whose absmax is given (L-8)."""
+    m, k = x.shape
+    codes = np.empty((m, k), dtype=np.int8)
+    e = np.empty((m,), dtype=np.int32)
+    if m:
+        native().quantize_int8_part((_a(x), _a(absmax), _a(codes), _a(e), m, k, tasks()))
+    return codes, e
+
+
+def quantize15_part(x, absmax):
+    """quantize15 of rows that are columns of longer rows whose absmax is given (L-8)."""
+    m, k = x.shape
+    hi = np.empty((m, k), dtype=np.int8)
+    lo = np.empty((m, k), dtype=np.int8)
+    e = np.empty((m,), dtype=np.int32)
+    if m:
+        native().quantize_int15_part((_a(x), _a(absmax), _a(hi), _a(lo), _a(e), m, k, tasks()))
+    return hi, lo, e
+
+
+def int_sums(xq, wq, m: int, n: int, k: int):
+    """The exact int64 sums (m, n) of the int15 code products of xq (hi, lo, exps) and
+    wq (hi, lo, exps) over their k columns (L-8)."""
+    out = np.empty((m, n), dtype=np.int64)
+    if m and n:
+        native().int_sums((_a(xq[0]), _a(xq[1]), _a(wq[0]), _a(wq[1]), _a(out), m, n, k, 1,
+                           tasks()))
+    return out

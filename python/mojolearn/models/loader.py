@@ -64,6 +64,22 @@ class LazyWeights:
         _, read = self._entries.pop(name)
         return read()
 
+    def part(self, name, rows=None, cols=None):
+        """Rows [r0, r1) and / or columns [c0, c1) of a 2-D tensor (rows=(r0, r1),
+        cols=(c0, c1)) as a new C-contiguous float32 array: read from the file alone
+        where the format allows (safetensors: those bytes only), else the tensor read
+        and sliced (GGUF: dequantized whole). A 1-D tensor takes rows= only."""
+        read = self._entries[name][1]
+        fn = getattr(read, "part", None)
+        if fn is not None:
+            return fn(rows, cols)
+        w = read()
+        if rows is not None:
+            w = w[rows[0]:rows[1]]
+        if cols is not None:
+            w = w[:, cols[0]:cols[1]]
+        return np.ascontiguousarray(w)
+
     def load_all(self) -> dict:
         """Every tensor read now: the plain dict read_model(path) returns."""
         return {name: read() for name, (_, read) in self._entries.items()}
@@ -129,12 +145,42 @@ def _st_reader(path, name, dt, shape, at):
             f.seek(at)
             if raw.nbytes and f.readinto(memoryview(raw).cast("B")) != raw.nbytes:
                 raise _corrupt(path, f"tensor {name!r} is cut short")
+        return widen(raw)
+
+    def widen(raw):
         if dt == "F32":
             return raw
         if dt == "BF16":
             return K.from_bf16(raw)
         return raw.astype(np.float32)  # float16 -> float32 is exact
 
+    def part(rows=None, cols=None):
+        # the bytes of those rows (one read) or of those columns of each row
+        r0, r1 = rows if rows is not None else (0, shape[0])
+        if len(shape) == 1:
+            c0, c1, width = 0, 1, 1
+        else:
+            c0, c1 = cols if cols is not None else (0, shape[1])
+            width = shape[1]
+        if not (0 <= r0 <= r1 <= shape[0] and 0 <= c0 <= c1 <= width):
+            raise ValueError(f"mojolearn: tensor {name!r} of shape {shape} has no part "
+                             f"rows={rows}, cols={cols}")
+        isz = np.dtype(npdt).itemsize
+        raw = np.empty((r1 - r0,) if len(shape) == 1 else (r1 - r0, c1 - c0), dtype=npdt)
+        with open(path, "rb") as f:
+            if c0 == 0 and c1 == width:
+                f.seek(at + r0 * width * isz)
+                if raw.nbytes and f.readinto(memoryview(raw).cast("B")) != raw.nbytes:
+                    raise _corrupt(path, f"tensor {name!r} is cut short")
+            else:
+                for r in range(r0, r1):
+                    f.seek(at + (r * width + c0) * isz)
+                    row = raw[r - r0]
+                    if row.nbytes and f.readinto(memoryview(row).cast("B")) != row.nbytes:
+                        raise _corrupt(path, f"tensor {name!r} is cut short")
+        return widen(raw)
+
+    read.part = part
     return read
 
 

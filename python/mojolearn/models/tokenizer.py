@@ -108,10 +108,11 @@ class Tokenizer:
     def check_model(self, model):
         """Refuse a tokenizer whose vocabulary does not match the model's."""
         from .causal_lm import CausalLM
+        from .parallel import ParallelCausalLM
 
-        if not isinstance(model, CausalLM):
-            raise TypeError(f"mojolearn: Tokenizer.check_model: model must be a CausalLM, got "
-                            f"{type(model).__name__}")
+        if not isinstance(model, (CausalLM, ParallelCausalLM)):
+            raise TypeError(f"mojolearn: Tokenizer.check_model: model must be a CausalLM or a "
+                            f"ParallelCausalLM, got {type(model).__name__}")
         v = model.config.vocab_size
         if self.vocab_size > v:
             raise ValueError(f"mojolearn: the tokenizer {self.source!r} has {self.vocab_size} "
