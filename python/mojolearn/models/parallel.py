@@ -769,7 +769,7 @@ class ParallelCausalLM:
     # CausalLM's generation loop, run by every rank on the same logits (the same draws)
     generate = CausalLM.generate
     generate_text = CausalLM.generate_text
-    _choose = CausalLM._choose
+    _choose = staticmethod(CausalLM._choose)
 
     # --------------------------------------------------------------- saved states
     def save_state(self, path, state):

@@ -1,0 +1,179 @@
+"""ParallelCausalLM (torch.distributed, gloo on the CPU): the logits, steps, generated
+tokens and states of CausalLM in one process, bit for bit, for every layout, both
+profiles and the three weight formats, on 2, 3 and 4 ranks started by torchrun
+(contract rule 6.7 and L-8 make the split products exact); the failures each rank
+must name."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_models import tiny_weights, write_model
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
+
+# 8 heads of 64 over 2 key/value heads (o_proj's k = 512: 4 leaves), MLP of 384 (3 leaves)
+GQA = dict(model_type="llama", vocab_size=61, hidden_size=96, intermediate_size=384,
+           num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+           rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=64,
+           tie_word_embeddings=False, hidden_act="silu")
+# q/k/v biases, a tied head, 6 heads of 32 over 3 (o_proj's k = 192: 2 leaves)
+QWEN = dict(model_type="qwen2", vocab_size=53, hidden_size=64, intermediate_size=256,
+            num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=3, head_dim=32,
+            rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=64,
+            tie_word_embeddings=True, hidden_act="silu")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parallel")
+    return {"gqa": write_model(d / "gqa", dict(GQA), tiny_weights(GQA, seed=3)),
+            "qwen": write_model(d / "qwen", dict(QWEN), tiny_weights(QWEN, seed=4))}
+
+
+def torchrun(nproc, spec, tmp_path, timeout=900):
+    """Run tests/parallel_worker.py on nproc ranks; its stdout lines."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    spec = dict(spec, tmpdir=str(tmp_path))
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps(spec))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + str(ROOT / "tests"),
+               MOJOLEARN_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        f"--nproc-per-node={nproc}", str(ROOT / "tests" / "parallel_worker.py"),
+                        str(f)], capture_output=True, text=True, timeout=timeout, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    out = []
+    for rank in range(nproc):
+        f = tmp_path / f"rank{rank}.txt"
+        out += f.read_text().splitlines() if f.exists() else []
+    return out
+
+
+def cases(path, layouts, profiles, formats, **extra):
+    return [dict(path=path, layout=lay, profile=p, format=f, **extra)
+            for lay in layouts for p in profiles for f in formats]
+
+
+def check_bits(lines, ncases, nproc):
+    got = [json.loads(x[len("RESULT "):]) for x in lines if x.startswith("RESULT ")]
+    assert len(got) == ncases * nproc, lines[-20:]
+    return got
+
+
+def test_two_ranks(models, tmp_path):
+    """6.7, L-8: on 2 ranks, pipeline and tensor layouts, fp32_v1 and fixed15_v1, float32 /
+    bfloat16 / int8 weights (GQA with head groups split across ranks; qwen2 biases and a
+    tied head): forward, prefill and steps, greedy and sampled generate and states saved on
+    one side and resumed on the other equal CausalLM's bits on every rank."""
+    cs = cases(models["gqa"], ("pipeline", "tensor"), ("fp32_v1", "fixed15_v1"),
+               ("float32", "bfloat16", "int8"))
+    cs += cases(models["qwen"], ("pipeline", "tensor"), ("fp32_v1", "fixed15_v1"), ("int8",))
+    got = check_bits(torchrun(2, {"mode": "bits", "cases": cs}, tmp_path), len(cs), 2)
+    # the tensor layout sends parts and logits, the pipeline the residual stream
+    assert all(g["bytes_sent"] > 0 for g in got)
+
+
+def test_three_ranks(models, tmp_path):
+    """6.7, L-8: on 3 ranks (the GQA model's heads split 4 / 2 / 2: a rank holds part of
+    a key/value head's group), pipeline and tensor, both profiles, the three formats:
+    CausalLM's bits."""
+    cs = cases(models["gqa"], ("tensor",), ("fp32_v1", "fixed15_v1"), ("float32", "bfloat16", "int8"))
+    cs += cases(models["gqa"], ("pipeline",), ("fp32_v1", "fixed15_v1"), ("int8",))
+    check_bits(torchrun(3, {"mode": "bits", "cases": cs}, tmp_path), len(cs), 3)
+
+
+@pytest.mark.slow
+def test_four_ranks_pipeline_and_tensor(models, tmp_path):
+    """6.7, L-8: 4 ranks as 2 pipeline stages of 2 tensor ranks, both profiles, float32 and
+    int8 weights: CausalLM's bits."""
+    cs = cases(models["gqa"], ("pipeline+tensor",), ("fp32_v1", "fixed15_v1"),
+               ("float32", "int8"), tensor_size=2)
+    check_bits(torchrun(4, {"mode": "bits", "cases": cs}, tmp_path), len(cs), 4)
+
+
+@pytest.mark.parametrize("mode, expect", [
+    ("die", "another rank died, hung past the timeout"),
+    ("hang", "another rank died, hung past the timeout"),
+    ("mismatch", "numeric_profile: rank 0 'fp32_v1', rank 1 'fixed15_v1'"),
+    ("ids", "the ids: rank 1 differs from rank 0"),
+])
+def test_failures_are_named(models, tmp_path, mode, expect):
+    """A rank that dies or hangs ends the others with a RuntimeError naming the operation,
+    the rank and the timeout (never a hang); ranks loaded with another profile, or given
+    other ids, are refused by name."""
+    spec = {"mode": mode, "timeout": 6, "cases": cases(models["gqa"], ("tensor",), ("fp32_v1",),
+                                                     ("float32",))}
+    lines = [x for x in torchrun(2, spec, tmp_path, timeout=120) if x.startswith("RAISED")]
+    r0 = [x for x in lines if x.startswith("RAISED rank 0 ")]
+    assert len(r0) == 1, lines
+    assert expect in r0[0], r0[0]
+    if mode in ("die", "hang"):
+        assert "RuntimeError" in r0[0] and "mojolearn: ParallelCausalLM rank 0 of 2" in r0[0]
+        assert float(r0[0].split(" after ")[1].split("s:")[0]) < 60
+
+
+def test_shapes_that_cannot_split_are_refused():
+    """6.7: a rank count the heads or the MLP cannot be split into on whole subtrees of
+    o_proj / down_proj is refused by name with the counts that work; fixed15_v1 (L-8)
+    splits anywhere; more stages than layers and a bad tensor_size are refused."""
+    from mojolearn.models.config import ModelConfig
+    from mojolearn.models.parallel import _Plan
+
+    q = ModelConfig.from_dict(dict(QWEN))
+    with pytest.raises(ValueError, match=r"cannot be split over 3 tensor ranks.*tensor ranks "
+                                         r"that work: 1 to 2"):
+        _Plan(q, "tensor", 3, None, "fp32_v1", "identical")
+    p = _Plan(q, "tensor", 3, None, "fixed15_v1", "identical")
+    assert p.heads == [(0, 2), (2, 4), (4, 6)] and p.kv == [(0, 1), (1, 2), (2, 3)]
+    g = ModelConfig.from_dict(dict(GQA))
+    p = _Plan(g, "tensor", 3, None, "fp32_v1", "identical")
+    assert p.heads == [(0, 4), (4, 6), (6, 8)] and p.kv == [(0, 1), (1, 2), (1, 2)]
+    assert p.ff == [(0, 128), (128, 256), (256, 384)]
+    with pytest.raises(ValueError, match="at least one layer; use at most 3 stages"):
+        _Plan(g, "pipeline", 4, None, "fp32_v1", "identical")
+    with pytest.raises(ValueError, match="tensor_size"):
+        _Plan(g, "pipeline+tensor", 4, 3, "fp32_v1", "identical")
+    with pytest.raises(ValueError, match="tensor_size"):
+        _Plan(g, "pipeline+tensor", 4, None, "fp32_v1", "identical")
+    with pytest.raises(ValueError, match="goes with layout 'pipeline\\+tensor' only"):
+        _Plan(g, "tensor", 2, 1, "fp32_v1", "identical")
+
+
+def test_load_needs_a_process_group(models):
+    """Outside a torch.distributed process group load is refused by name (torchrun)."""
+    from mojolearn.models import ParallelCausalLM
+
+    if torch.distributed.is_initialized():  # pragma: no cover
+        pytest.skip("a process group is initialized in this test process")
+    with pytest.raises(RuntimeError, match="torchrun"):
+        ParallelCausalLM.load(models["gqa"])
+    with pytest.raises(ValueError, match="layout='rows' is not one of"):
+        ParallelCausalLM.load(models["gqa"], layout="rows")
+    with pytest.raises(TypeError, match="ParallelCausalLM.load"):
+        ParallelCausalLM()
+
+
+@pytest.mark.slow
+def test_smollm2_two_and_three_ranks(tmp_path):
+    """6.7, L-8 on SmolLM2-135M (9 heads of 64 over 3 key/value heads, MLP 1536, 30
+    layers): 2 and 3 ranks, pipeline and tensor, fp32_v1 and fixed15_v1: CausalLM's bits
+    (forward, steps, generate, states)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fetch_model import fetch
+    from hf_export import export_hf
+
+    # the Hugging Face export (safetensors): each rank reads only its rows / columns
+    path = export_hf(fetch(), str(tmp_path / "smollm2"))
+    for nproc in (2, 3):
+        cs = cases(str(path), ("pipeline", "tensor"), ("fp32_v1", "fixed15_v1"), ("float32",))
+        check_bits(torchrun(nproc, {"mode": "bits", "cases": cs}, tmp_path / f"n{nproc}",
+                            timeout=1800), len(cs), nproc)
