@@ -419,6 +419,164 @@ def gen_matmul_int15(rng, tmp):
     return _gemm_int(rng, tmp, "matmul_int15")
 
 
+def _ksplit_valid(rng, k, prof):
+    """(start, stop) ranges covering [0, k): leaf-aligned for fp32.v1, anywhere for the
+    integer profiles."""
+    from mojolearn import linalg
+
+    if prof == "fp32.v1":
+        L = linalg.leaf_size(k)
+        n = -(-k // L)
+        p = int(rng.integers(1, min(n, 5) + 1))
+        cuts = sorted(int(c) for c in rng.choice(np.arange(1, n), p - 1, replace=False)) if p > 1 else []
+        b = [0] + [c * L for c in cuts] + [k]
+    else:
+        p = int(rng.integers(1, min(k, 5) + 1))
+        cuts = sorted(int(c) for c in rng.choice(np.arange(1, k), p - 1, replace=False)) if p > 1 else []
+        b = [0] + cuts + [k]
+    return list(zip(b[:-1], b[1:]))
+
+
+def gen_ksplit(rng, tmp):
+    """linalg.matmul_part / matmul_int8_part / matmul_int15_part, fold_parts,
+    PartialProduct, k_split and leaf_size: parts of random valid splits in random
+    layouts fold to the oracle's bits (rules 6.7, L-8); faults (ranges off the leaf
+    boundaries, bad k / k_start, overlaps, gaps, mixed parts, hostile values) are
+    refused by name."""
+    from mojolearn import linalg
+
+    prof = _pick(rng, ["fp32.v1", "int8i32.v1", "int15i64.v1"])
+    m, n = dims(rng, 1, 5), dims(rng, 1, 5)
+    k = int(_pick(rng, [1, 2, 100, 128, 129, 300, 513, 700]))
+    a, b = rand_f32(rng, (m, k)), rand_f32(rng, (n, k))
+    if prof != "fp32.v1":
+        with np.errstate(all="ignore"):
+            a[~np.isfinite(a)] = 1.0
+            b[~np.isfinite(b)] = -2.0
+    ranges = _ksplit_valid(rng, k, prof)
+    p15 = prof == "int15i64.v1"
+    q = linalg.quantize_int15 if p15 else linalg.quantize_int8
+    fn = {"fp32.v1": linalg.matmul_part, "int8i32.v1": linalg.matmul_int8_part,
+          "int15i64.v1": linalg.matmul_int15_part}[prof]
+
+    def make(s, e, kk=k):
+        if prof == "fp32.v1":
+            return fn(layout(rng, a[:, s:e])[0], layout(rng, np.ascontiguousarray(b[:, s:e].T))[0],
+                      k=kk, k_start=s)
+        am = np.max([np.asarray(linalg.row_absmax(a[:, x:y])) for x, y in ranges], axis=0)
+        bm = np.max([np.asarray(linalg.row_absmax(b[:, x:y])) for x, y in ranges], axis=0)
+        return fn(q(a[:, s:e], absmax=am), q(b[:, s:e], absmax=bm), k=kk, k_start=s)
+
+    def exp():
+        with np.errstate(all="ignore"):
+            if prof == "fp32.v1":
+                return O.gemm_fp32_v1(a, np.ascontiguousarray(b.T))
+            return O.gemm_int15_f32(a, b) if p15 else O.gemm_int8_f32(a, b)
+
+    fault = int(rng.integers(0, 10))
+    label = f"{prof} m,n,k={m},{n},{k} ranges={ranges} fault={fault}"
+    if fault <= 3:
+        def call():
+            parts = [make(s, e) for s, e in ranges]
+            if rng.random() < 0.3:  # travelled: rebuilt from the values
+                parts = [linalg.PartialProduct(p.profile, np.asarray(p.values), k=p.k,
+                                               k_start=p.k_start, k_stop=p.k_stop,
+                                               **({"leaf": p.leaf} if p.leaf else
+                                                  {"a_exps": p.a_exps, "b_exps": p.b_exps}))
+                         for p in parts]
+            return linalg.fold_parts([parts[i] for i in rng.permutation(len(parts))])
+        return Case(label, call, "ok", lambda r: same_bits(r, exp(), label))
+    if fault == 4:  # k, k_start of the wrong type or value
+        bad = _pick(rng, [True, 2.0, -1, None, "3", 10 ** 30])
+        which = _pick(rng, ["k", "k_start"])
+        kw = {"k": k, "k_start": 0, which: bad}
+        ops = (a, np.ascontiguousarray(b.T)) if prof == "fp32.v1" else (q(a), q(b))
+        return Case(label + f" {which}={bad!r}", lambda: fn(*ops, **kw), "error", None,
+                    (which, "k"))
+    if fault == 5:  # a range the operands do not fit / off the leaf boundaries
+        if prof == "fp32.v1" and k > 128:
+            s = int(rng.integers(1, 128))
+            return Case(label + f" start {s}", lambda: make(s, k), "error", None,
+                        ("leaf boundaries",))
+        ops = (a, np.ascontiguousarray(b.T)) if prof == "fp32.v1" else (q(a), q(b))
+        return Case(label + " past k", lambda: fn(*ops, k=k, k_start=1), "error", None,
+                    ("k",))
+    if fault == 6:  # a gap or an overlap
+        if len(ranges) < 2:
+            return Case(label + " short", lambda: linalg.fold_parts([make(*ranges[0])][:0]),
+                        "error", None, ("parts",))
+        i = int(rng.integers(0, len(ranges)))
+        lst = ranges[:i] + ranges[i + 1:] if rng.random() < 0.5 else ranges + [ranges[i]]
+        return Case(label + f" parts {lst}", lambda: linalg.fold_parts([make(*r) for r in lst]),
+                    "error", None, ("parts",))
+    if fault == 7:  # not parts
+        obj = _pick(rng, [None, 3, "parts", [None], [a], {"a": 1}])
+        return Case(label + f" parts={type(obj).__name__}", lambda: linalg.fold_parts(obj),
+                    "error", None, ("parts",))
+    if fault == 8:  # values that do not match
+        v = _pick(rng, [np.zeros((7, m, n), F32), np.zeros((m, n), np.float64), "x",
+                        np.zeros((m, n, 2), np.int64)])
+        kw = {"leaf": None} if prof == "fp32.v1" else {"a_exps": np.zeros(m, np.int32),
+                                                       "b_exps": np.zeros(n, np.int32)}
+        kw = {x: y for x, y in kw.items() if y is not None}
+        return Case(label + " values", lambda: linalg.PartialProduct(prof, v, k=k, k_start=0,
+                                                                     k_stop=k, **kw),
+                    "error", None, ("values", "nodes"))
+    # k_split / leaf_size with hostile arguments or too many parts
+    bad = _pick(rng, [0, -3, 1.5, None, True])
+    f = _pick(rng, ["k_split", "leaf_size", "k_split parts"])
+    if f == "leaf_size":
+        return Case(label + f" leaf_size({bad!r})", lambda: linalg.leaf_size(bad), "error", None,
+                    ("k",))
+    if f == "k_split":
+        return Case(label + f" k_split({bad!r}, 2)", lambda: linalg.k_split(bad, 2), "error",
+                    None, ("k",))
+    return Case(label + " k_split too many", lambda: linalg.k_split(k, k + 1, profile=prof),
+                "error", None, ("parts",))
+
+
+def gen_row_absmax(rng, tmp):
+    """linalg.row_absmax and the quantizers' absmax=: the quantizers' absmax of each row
+    (NaN, subnormals not counted); with absmax= the codes of the row with that value
+    appended (rule L-8), by the oracle; hostile absmax refused by name."""
+    from mojolearn import linalg
+
+    m, k = dims(rng, 1, 6), dims(rng, 1, 30)
+    x = rand_f32(rng, (m, k))
+    p15 = rng.random() < 0.5
+    qf = linalg.quantize_int15 if p15 else linalg.quantize_int8
+    oq = O.quantize_int15 if p15 else O.quantize_int8
+    fault = int(rng.integers(0, 6))
+    label = f"m,k={m},{k} int{'15' if p15 else '8'} fault={fault}"
+    if fault == 0:
+        def check(r):
+            with np.errstate(all="ignore"):
+                d = O.daz(x)
+                mag = np.abs(d)
+                mag[np.isnan(mag) | (mag == 0)] = 0
+                want = mag.max(axis=1).astype(F32)
+            same_bits(r, want, label)
+        return Case(label + " row_absmax", lambda: linalg.row_absmax(layout(rng, x)[0]), "ok",
+                    check)
+    if fault <= 3:
+        am = rand_f32(rng, (m,))
+        ext = np.concatenate([x, am[:, None]], axis=1)
+
+        def check(r):
+            want = oq(ext)
+            for got, w in zip(r[:-1], want[:-1]):
+                assert np.array_equal(np.asarray(got), np.asarray(w)[:, :k]), label
+            assert np.array_equal(np.asarray(r[-1]), np.asarray(want[-1])), label
+        return Case(label + " absmax=", lambda: qf(layout(rng, x)[0], absmax=layout(rng, am)[0]),
+                    "ok", check)
+    if fault == 4:
+        am = _pick(rng, [np.zeros(m + 1, F32), np.zeros(m, np.float64), np.zeros((m, 1), F32),
+                         "x"])
+        return Case(label + " bad absmax", lambda: qf(x, absmax=am), "error", None, ("absmax",))
+    return Case(label + " bad x", lambda: linalg.row_absmax(bad_dtype(rng, x, [F32])), "error",
+                None, ("x",))
+
+
 # ---------------------------------------------------------------- linalg converters
 
 
@@ -2398,6 +2556,93 @@ def gen_models_tokenizer(rng, tmp):
 
 # ---------------------------------------------------------------- the table
 
+def _one_rank_group():
+    """A torch.distributed process group of this process alone (gloo, an in-memory
+    store): ParallelCausalLM runs in it as on one rank of torchrun."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def gen_models_parallel(rng, tmp):
+    """ParallelCausalLM on a process group of one rank (every layout that allows one):
+    forward / step / generate with ids of every accepted form give CausalLM's bits,
+    states saved by either model resume in the other; hostile ids, states of another
+    model, and bad load arguments are refused by name. The group is made and the
+    models loaded when the case runs (in the fuzz child), not when it is drawn."""
+    from mojolearn.models import ParallelCausalLM
+
+    prof, fmt = _pick(rng, PROFILES), _pick(rng, FORMATS)
+    t = _tiny("a")
+    vocab = t["cfg"]["vocab_size"]
+    layout_ = _pick(rng, ["pipeline", "tensor"])
+    B, L = int(rng.integers(1, 3)), int(rng.integers(1, 6))
+    ids = rng.integers(0, vocab, size=(B, L))
+    fault = int(rng.integers(0, 9))
+    label = f"models.parallel {layout_} {prof} {fmt} ids {B}x{L} fault={fault}"
+    models = {}
+
+    def lm():
+        if "p" not in models:
+            _one_rank_group()
+            models["p"] = ParallelCausalLM.load(t["path"], layout=layout_, numeric_profile=prof,
+                                                weight_format=fmt)
+            models["ref"] = _lm("a", prof, fmt)
+        return models["p"]
+
+    def ref():
+        lm()
+        return models["ref"]
+
+    if fault == 1:  # a bad load argument
+        kw = _pick(rng, [{"layout": "rows"}, {"layout": 3}, {"timeout": 0}, {"timeout": "5"},
+                         {"tensor_size": 2}, {"numeric_profile": "fp64"},
+                         {"weight_format": "int4"}, {"layout": "pipeline+tensor"}])
+        names = tuple(kw) + ("tensor_size",)
+
+        def call():
+            _one_rank_group()
+            return ParallelCausalLM.load(t["path"], **dict({"layout": layout_}, **kw))
+        return Case(label + f" load {kw}", call, "error", None, names)
+    if fault == 2:
+        bad = _pick(rng, [3, None, b"x"])
+        return Case(label + f" path {bad!r}", lambda: ParallelCausalLM.load(bad), "error", None,
+                    ("path",))
+    if fault == 3:  # hostile ids
+        obj, lab, names = _ids_bad(rng, ids, vocab)
+        return Case(label + " " + lab, lambda: lm().forward(obj), "error", None, names)
+    if fault == 4:  # a CausalLM state, or no state at all
+        which = _pick(rng, ["causal", "dict", "none"])
+
+        def call():
+            st = {"causal": lambda: ref().allocate_state(B, 8), "dict": lambda: {"length": 0},
+                  "none": lambda: None}[which]()
+            return lm().step(ids, st)
+        return Case(label + f" state {which}", call, "error", None, ("state",))
+    if fault == 5:  # states across the two models
+        path = os.path.join(tmp, "st.safetensors")
+
+        def call():
+            st = lm().allocate_state(B, 12)
+            lm().forward(ids, st)
+            lm().save_state(path, st)
+            rs = ref().resume(path)
+            return ref().step(ids[:, :1], rs), lm().step(ids[:, :1], lm().resume(path))
+        return Case(label + " states", call, "ok",
+                    lambda r: _same_logits(r[1], r[0], "resumed parallel vs CausalLM"))
+    if fault == 6:
+        seed = int(rng.integers(0, 100))
+        return Case(label + f" sampled seed {seed}",
+                    lambda: lm().generate(ids, 3, greedy=False, seed=seed), "ok",
+                    lambda r: np.testing.assert_array_equal(
+                        r, ref().generate(ids, 3, greedy=False, seed=seed)))
+    obj, how = _ids_form(rng, ids)
+    via = _pick(rng, ["forward", "__call__"])
+    return Case(label + f" as {how} via {via}", lambda: getattr(lm(), via)(obj), "ok",
+                lambda r: _same_logits(r, ref().forward(ids), "parallel vs CausalLM"))
+
+
 ENTRIES = [
     ("linalg.matmul", gen_matmul),
     ("linalg.matmul_bf16", gen_matmul_bf16),
@@ -2410,6 +2655,8 @@ ENTRIES = [
     ("linalg.quantize_int15", gen_quantize_int15),
     ("linalg.dequantize_int8", gen_dequantize_int8),
     ("linalg.dequantize_int15", gen_dequantize_int15),
+    ("linalg.k-split", gen_ksplit),
+    ("linalg.row_absmax", gen_row_absmax),
     ("lowbit.pack_one", gen_pack_one),
     ("lowbit.pack", gen_pack),
     ("lowbit.unpack", gen_unpack),
@@ -2431,6 +2678,7 @@ ENTRIES = [
     ("models.CausalLM/ModelConfig", gen_models_constructor),
     ("models.TransformerBlock", gen_models_block),
     ("models.Tokenizer", gen_models_tokenizer),
+    ("models.ParallelCausalLM", gen_models_parallel),
 ]
 
 

@@ -47,6 +47,9 @@ def test_every_public_entry_is_in_the_table():
         "lowbit.BF16Weight": "lowbit.BF16Weight/Int8Weight",
         "lowbit.Int8Weight": "lowbit.BF16Weight/Int8Weight",
         "linalg.PreparedWeight": "linalg.prepare",
+        **{f"linalg.{f}": "linalg.k-split" for f in (
+            "matmul_part", "matmul_int8_part", "matmul_int15_part", "fold_parts",
+            "PartialProduct", "k_split", "leaf_size")},
     }
     for mod, prefix in ((linalg, "linalg"), (lowbit, "lowbit"), (checkpoint, "checkpoint")):
         for fn in mod.__all__:
@@ -86,6 +89,11 @@ def test_every_public_model_entry_is_in_the_table():
         "Tokenizer": "models.Tokenizer", "Tokenizer.load": "models.Tokenizer",
         "Tokenizer.encode": "models.Tokenizer", "Tokenizer.decode": "models.Tokenizer",
         "Tokenizer.check_model": "models.Tokenizer",
+        **{f"ParallelCausalLM{m}": "models.ParallelCausalLM" for m in (
+            "", ".load", ".forward", ".__call__", ".step", ".allocate_state", ".save_state",
+            ".resume", ".generate", ".generate_text")},
+        "ParallelCausalLM.held": None, "ParallelCausalLM.close": None,  # no argument
+        "ParallelGenerationState": "models.ParallelCausalLM",
     }
     for name in models.__all__:
         obj = getattr(models, name)

@@ -51,8 +51,9 @@ def _int(v, func, name, lo=0):
             v = int(v)
         else:
             raise TypeError(f"mojolearn: {func}: {name} must be an int, got {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"mojolearn: {func}: {name} must be >= {lo}, got {v}")
+    if v < lo or v >= 2 ** 62:
+        raise ValueError(f"mojolearn: {func}: {name} must be an int from {lo} to below 2**62, "
+                         f"got {v}")
     return v
 
 

@@ -52,6 +52,7 @@ FAILURES
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import hashlib
 import os
@@ -191,12 +192,31 @@ class _Comm:
         self.bytes_sent = 0
         # our own groups, every rank creating every group in the same order
         self.all = dist.new_group(ranks=self.ranks, backend="gloo", timeout=self.td)
+        self._groups = [self.all]
+        self.closed = False
         self.stage_group = None
         for s in range(self.world // T):
             members = self.ranks[s * T:(s + 1) * T]
             g = dist.new_group(ranks=members, backend="gloo", timeout=self.td) if T > 1 else None
             if self.rank // T == s:
                 self.stage_group = g
+            if g is not None:
+                self._groups.append(g)
+        # torch's gloo groups left alive at exit can abort the process (seen with torch
+        # 2.13: "terminate called without an active exception" on a rank that ends while
+        # another still runs); ours are destroyed first
+        atexit.register(self.close)
+
+    def close(self):
+        """Destroy this model's process groups (at exit, or when the caller is done)."""
+        self.closed = True
+        groups, self._groups = self._groups, []
+        for g in groups:
+            try:
+                if self.dist.is_initialized():
+                    self.dist.destroy_process_group(g)
+            except Exception:  # noqa: BLE001 - already gone with the default group
+                pass
 
     def _fail(self, what, e):
         return RuntimeError(
@@ -205,6 +225,9 @@ class _Comm:
             f"died, hung past the timeout of {self.timeout:g} s, or ran another operation")
 
     def _run(self, what, start):
+        if self.closed:
+            raise RuntimeError(f"mojolearn: ParallelCausalLM rank {self.rank}: {what}: the model "
+                               f"was closed (its process groups are released); load it again")
         try:
             work = start()
             if work is not None:
@@ -579,6 +602,7 @@ class ParallelCausalLM:
         world = dist.get_world_size(world_group)
         cfg, weights = read_model(path, lazy=True)
         self.config = cfg
+        self.path = os.fspath(path)
         self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings)
         plan = _Plan(cfg, layout, world, tensor_size, profile, mode)
         self.plan = plan
@@ -646,6 +670,11 @@ class ParallelCausalLM:
             for f, n in layer.held().items():
                 out[f] = out.get(f, 0) + n
         return out
+
+    def close(self):
+        """Release this model's process groups (they are released at exit otherwise);
+        the model cannot compute after it."""
+        self.comm.close()
 
     @property
     def bytes_sent(self) -> int:
