@@ -2,7 +2,8 @@
 tokens, batch 1) and greedy decode per token under fp32_v1 and fixed15_v1, side by side
 with transformers/torch fp32 on the same weights and thread count, and the peak memory
 of a loaded model per (profile, weight format); and the same transformers prefill with
-mojolearn.torch.identical() on vs off (the cost of identity inside torch)."""
+mojolearn.torch.identical() on vs off (the cost of identity inside torch); and the
+prefill on 2 ranks of ParallelCausalLM per layout (parallel_bench.py)."""
 import json
 import os
 import statistics
@@ -123,6 +124,13 @@ def run_models(B, threads, quick, torch):
         over = {"lo": min(pairs), "hi": max(pairs), "median": statistics.median(pairs)}
         row["fixed15_over_fp32"] = over
         row["lowbit_over_float32"] = _lowbit_ratios(row, low)
+    if row and torch is not None and not quick and (not B.only or "parallel" in B.only):
+        # the same prefill on 2 ranks per ParallelCausalLM layout (torchrun), and the
+        # bytes each rank sends per token
+        import parallel_bench
+
+        print(f"SmolLM2-135M ParallelCausalLM.forward, prefill {n} tokens, 2 ranks per layout")
+        parallel_bench.run(B, model_dir, threads, row["median_ms"]["mojolearn"], n, max(3, B.reps // 2))
     if hf is not None and not quick:
         # the cost of identity inside torch: the same transformers model with
         # mojolearn.torch.identical() on (products fp32.v1, silu the SiLU kernel) vs off

@@ -66,6 +66,8 @@ CPU_ROWS = [
     ("SmolLM2 int8 / bf16 weights over float32 (fp32_v1): greedy decode",
      [("causallm;smollm2-135m;decode;32", "lowbit:int8"),
       ("causallm;smollm2-135m;decode;32", "lowbit:bfloat16")]),
+    ("SmolLM2 prefill on 2 ranks over 1 process (ParallelCausalLM pipeline / tensor)",
+     ["parallel;smollm2-135m;prefill;512;pipeline", "parallel;smollm2-135m;prefill;512;tensor"]),
     ("SmolLM2 held after load over float32 bytes: fp32_v1 int8 / bf16, fixed15_v1",
      [("causallm;smollm2-135m;prefill;512", "held:fp32_v1:int8"),
       ("causallm;smollm2-135m;prefill;512", "held:fp32_v1:bfloat16"),
