@@ -2,7 +2,8 @@
 
     torchrun --standalone --nproc-per-node N tests/parallel_worker.py SPEC.json
 
-SPEC: {"mode": "bits" | "die" | "hang" | "mismatch" | "ids", "cases": [...], "tmpdir":
+SPEC: {"mode": "bits" | "die" | "hang" | "mismatch" | "checkpoint" | "ids", "cases": [...],
+"other_path": a checkpoint rank 1 loads in "checkpoint" mode, "tmpdir":
 a folder every rank shares, ...}. Each rank writes its lines to tmpdir/rank<r>.txt (the
 ranks' stdout would interleave).
 "bits": for each case every rank loads ParallelCausalLM and CausalLM (in this process,
@@ -97,6 +98,8 @@ def main():
     kw = dict(layout=case["layout"], numeric_profile=case["profile"], timeout=spec["timeout"])
     if mode == "mismatch" and rank == 1:
         kw["numeric_profile"] = "fixed15_v1" if case["profile"] == "fp32_v1" else "fp32_v1"
+    if mode == "checkpoint" and rank == 1:
+        case = dict(case, path=spec["other_path"])
     t0 = time.perf_counter()
     try:
         lm = ParallelCausalLM.load(case["path"], **kw)

@@ -35,6 +35,7 @@ QWEN = dict(model_type="qwen2", vocab_size=53, hidden_size=64, intermediate_size
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("parallel")
     return {"gqa": write_model(d / "gqa", dict(GQA), tiny_weights(GQA, seed=3)),
+            "gqa2": write_model(d / "gqa2", dict(GQA), tiny_weights(GQA, seed=5)),
             "qwen": write_model(d / "qwen", dict(QWEN), tiny_weights(QWEN, seed=4))}
 
 
@@ -104,14 +105,16 @@ def test_four_ranks_pipeline_and_tensor(models, tmp_path):
     ("die", "another rank died, hung past the timeout"),
     ("hang", "another rank died, hung past the timeout"),
     ("mismatch", "numeric_profile: rank 0 'fp32_v1', rank 1 'fixed15_v1'"),
+    ("checkpoint", "load: rank 1 differs from rank 0 (weights: rank 0"),
     ("ids", "the ids: rank 1 differs from rank 0"),
 ])
 def test_failures_are_named(models, tmp_path, mode, expect):
     """A rank that dies or hangs ends the others with a RuntimeError naming the operation,
-    the rank and the timeout (never a hang); ranks loaded with another profile, or given
-    other ids, are refused by name."""
+    the rank and the timeout (never a hang); ranks loaded with another profile or another
+    checkpoint of the same shape, or given other ids, are refused by name."""
     spec = {"mode": mode, "timeout": 6, "cases": cases(models["gqa"], ("tensor",), ("fp32_v1",),
-                                                     ("float32",))}
+                                                     ("float32",)),
+            "other_path": models["gqa2"]}
     lines = [x for x in torchrun(2, spec, tmp_path, timeout=120) if x.startswith("RAISED")]
     r0 = [x for x in lines if x.startswith("RAISED rank 0 ")]
     assert len(r0) == 1, lines
