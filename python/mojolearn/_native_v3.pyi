@@ -31,7 +31,7 @@ def mxcsr_set(args: tuple[int], /) -> int: ...  # (value: int)
 def isa(args: tuple[()], /) -> str: ...
 def blocking(args: tuple[()], /) -> str: ...
 def nn_gather(args: tuple[int, int, int, int, int, int], /) -> None: ...  # (table_f32: int, ids_i64: int, out_f32: int, rows: int, d: int, tasks: int)
-def nn_gather_panels(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (panels_f32: int, ids_i64: int, out_f32: int, rows: int, d: int, nr: int, tasks: int)
+def nn_gather_panels(args: tuple[int, int, int, int, int, int, int, int, int], /) -> None: ...  # (panels: int, fmt: int, scales: int, ids_i64: int, out_f32: int, rows: int, d: int, nr: int, tasks: int)
 def nn_rmsnorm(args: tuple[int, int, int, int, int, int, int, int, int], /) -> None: ...  # (x: int, ldx: int, w: int, out: int, ldo: int, rows: int, d: int, eps_bits: int, tasks: int)
 def nn_rope_table(args: tuple[int, int, int, int, int, int], /) -> None: ...  # (cos_f32: int, sin_f32: int, positions: int, head_dim: int, theta_bits: int, tasks: int)
 def nn_rope(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (src: int, lds: int, dst: int, ldd: int, dst_head_stride: int, n_heads: int, head_dim: int, cos: int, sin: int, pos0: int, length: int, rows: int, transposed: int, tmax: int, tasks: int)

@@ -41,18 +41,21 @@ def nn_gather(args: PythonObject) raises -> PythonObject:
 
 
 def nn_gather_panels(args: PythonObject) raises -> PythonObject:
-    """(panels f32, ids i64, out f32, rows, d, nr, tasks): nn_gather from a table held as
-    prepared fp32.v1 panels of width nr (this build's NR)."""
-    var panels = ptr_f32(_arg(args, 0))
-    var ids = I64Ptr(unsafe_from_address=_arg(args, 1))
-    var out = ptr_f32(_arg(args, 2))
-    var rows = _arg(args, 3)
-    var d = _arg(args, 4)
-    var nr = _arg(args, 5)
-    var t_count = _tasks(rows, _arg(args, 6), max(1, 16384 // max(1, d)))
-    def work(t: Int) {imm panels, imm ids, imm out, imm rows, imm d, imm nr, imm t_count}:
+    """(panels, fmt, scales, ids i64, out f32, rows, d, nr, tasks): nn_gather from a table
+    held as prepared fp32.v1 panels of width nr (this build's NR) in panel format fmt (0
+    float32, 1 bf16 bits, 2 int8 codes with scales: gemm/cpu/pack_lowbit.mojo)."""
+    var panels = _arg(args, 0)
+    var fmt = _arg(args, 1)
+    var scales = _arg(args, 2)
+    var ids = I64Ptr(unsafe_from_address=_arg(args, 3))
+    var out = ptr_f32(_arg(args, 4))
+    var rows = _arg(args, 5)
+    var d = _arg(args, 6)
+    var nr = _arg(args, 7)
+    var t_count = _tasks(rows, _arg(args, 8), max(1, 16384 // max(1, d)))
+    def work(t: Int) {imm panels, imm fmt, imm scales, imm ids, imm out, imm rows, imm d, imm nr, imm t_count}:
         var b = chunk_bounds(rows, t_count, t, 1)
-        gather_panel_rows(panels, ids, out, d, nr, b[0], b[1])
+        gather_panel_rows(panels, fmt, scales, ids, out, d, nr, b[0], b[1])
 
     run_tasks(work, t_count)
     return PythonObject(None)

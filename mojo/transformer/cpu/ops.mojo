@@ -14,7 +14,10 @@ from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from arith.fp import ftz, is_nan, daz_in, widen_exact, sub_unflushed
 from arith.tree import chain_step_daz, serial_add_daz
 from arith.elementary import mul, sqrt_rn, expf, logf, powf, sin_cos
-from common.ptr import U32Ptr
+from common.ptr import U32Ptr, U16Ptr, I8Ptr
+from arith.bf16 import widen
+from arith.quant import scale_code_pow2
+from gemm.cpu.pack_lowbit import PANELS_BF16, PANELS_I8
 
 comptime W = simd_width_of[DType.float32]()
 comptime F1 = SIMD[DType.float32, 1]
@@ -36,17 +39,33 @@ def gather_rows(table: F32Ptr, ids: I64Ptr, dst: F32Ptr, d: Int, r0: Int, r1: In
             j += 1
 
 
-def gather_panel_rows(panels: F32Ptr, ids: I64Ptr, dst: F32Ptr, d: Int, nr: Int, r0: Int, r1: Int):
+def gather_panel_rows(panels: Int, fmt: Int, scales: Int, ids: I64Ptr, dst: F32Ptr, d: Int, nr: Int,
+                      r0: Int, r1: Int):
     """out[r] = row ids[r] of a table of d columns held as fp32.v1's prepared B panels
     (gemm/cpu/pack_f32.pack_b_all of the table stored (vocab, d), transposed: panel q
-    holds rows [q*nr, q*nr+nr), element (v, j) at (v // nr) * nr * d + j * nr + v % nr):
-    an exact copy of each row (M-2), so a tied head and the gather read one table."""
+    holds rows [q*nr, q*nr+nr), element (v, j) at (v // nr) * nr * d + j * nr + v % nr),
+    in the panel format fmt (gemm/cpu/pack_lowbit.mojo: float32, bf16 bits, or int8 codes
+    with scales[v] = pow2f of row v's exponent): each row widened exactly as the format
+    materializes it (L-1, L-6) and copied (M-2), so a tied head and the gather read one
+    table, in the bytes it is stored in."""
     for r in range(r0, r1):
         var v = Int(ids.unsafe_load(r))
-        var src = panels.unsafe_offset((v // nr) * nr * d + v % nr)
+        var at = (v // nr) * nr * d + v % nr
         var out = dst.unsafe_offset(r * d)
-        for j in range(d):
-            out.unsafe_store(j, src.unsafe_load(j * nr))
+        if fmt == PANELS_BF16:
+            var src = U16Ptr(unsafe_from_address=panels).unsafe_offset(at)
+            for j in range(d):
+                out.unsafe_store(j, widen[1](src.unsafe_load[width=1](j * nr))[0])
+        elif fmt == PANELS_I8:
+            var src = I8Ptr(unsafe_from_address=panels).unsafe_offset(at)
+            var sc = F1(F32Ptr(unsafe_from_address=scales).unsafe_load(v))
+            for j in range(d):
+                var c = src.unsafe_load[width=1](j * nr).cast[DType.float32]()
+                out.unsafe_store(j, scale_code_pow2[1](c, sc)[0])
+        else:
+            var src = F32Ptr(unsafe_from_address=panels).unsafe_offset(at)
+            for j in range(d):
+                out.unsafe_store(j, src.unsafe_load(j * nr))
 
 
 # ------------------------------------------------------------------ M-4 RMSNorm

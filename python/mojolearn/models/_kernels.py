@@ -147,13 +147,16 @@ def gather(table, ids, out):
 
 
 def gather_panels(p, ids, out):
-    """gather (M-2) from a table held as prepared fp32.v1 float32 panels p (a tied head:
-    one copy of the table serves the head and the embedding)."""
+    """gather (M-2) from a table held as prepared fp32.v1 panels p in any panel format
+    (float32, bf16 bits, int8 codes: each row widened as the format materializes it):
+    a tied head's panels serve the embedding too, and a table stored low-bit is held
+    in its bytes."""
     rows = ids.size
-    if p.format != "float32" or not p.transpose_b:
-        raise ValueError("mojolearn: gather_panels needs a float32 table prepared with "
+    if not p.transpose_b:
+        raise ValueError("mojolearn: gather_panels needs a table prepared with "
                          "transpose_b=True")  # pragma: no cover - the models' own use
-    native().nn_gather_panels((p._addr, _a(ids), _a(out), rows, p.k, p.nr, tasks()))
+    addr, fmt, scales = p._kernel_args()
+    native().nn_gather_panels((addr, fmt, scales, _a(ids), _a(out), rows, p.k, p.nr, tasks()))
     return out
 
 

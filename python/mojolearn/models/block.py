@@ -90,6 +90,36 @@ class Proj:
         else:
             self.format, self.w = "float32", K.prepare_nt(w)
 
+    @classmethod
+    def stored(cls, w, profile: str, numeric_mode: str = "identical"):
+        """The head (rule M-26: not a weight_format matrix) held as the checkpoint stores
+        it: a float32 array as Proj(w, profile, "float32"); a lowbit.Int8Weight or
+        BF16Weight (a checkpoint written by mojolearn.checkpoint) kept in those bytes
+        under fp32_v1 (int8 / bf16 panels: the product reads exactly its materialized
+        float32, L-6 / L-1), and under fixed15_v1 the int15 codes of that float32."""
+        from ..lowbit import BF16Weight, Int8Weight
+
+        if not isinstance(w, (BF16Weight, Int8Weight)):
+            return cls(w, profile, "float32", numeric_mode)
+        self = cls.__new__(cls)
+        self.n, self.k = w.shape
+        self.fixed15 = profile == "fixed15_v1"
+        self.mode = _modes.kernel_code(numeric_mode)
+        if isinstance(w, Int8Weight):
+            codes, e = np.ascontiguousarray(w.codes), np.ascontiguousarray(w.exponents)
+            if not self.fixed15:
+                self.format, self.w = "int8", K.prepare_nt_int8(codes, e)
+                return self
+            f32 = K.dequantize8(codes, e)
+        else:
+            bits = np.ascontiguousarray(w.bits)
+            if not self.fixed15:
+                self.format, self.w = "bfloat16", K.prepare_nt(bits)
+                return self
+            f32 = K.from_bf16(bits)
+        self.format, self.w = "int15", K.quantize15(f32, self.n, self.k)
+        return self
+
     def nbytes(self):
         if self.fixed15:
             return sum(a.nbytes for a in self.w)

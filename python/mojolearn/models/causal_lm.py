@@ -112,16 +112,37 @@ class CausalLM:
         # each tensor is read (a LazyWeights) or taken when its holder is made and let go
         # after, the table first: the load never holds the checkpoint as float32 at once
         pop = weights.pop
-        embed = np.ascontiguousarray(pop("model.embed_tokens.weight"))
+
+        def stored(name):
+            # a LazyWeights gives the tensor as the file stores it (float32, or the bf16 /
+            # int8 of a mojolearn.checkpoint file); a dict holds float32
+            if isinstance(weights, LazyWeights):
+                w = weights.pop_stored(name)
+                return w if isinstance(w, (BF16Weight, Int8Weight)) else np.ascontiguousarray(w)
+            return np.ascontiguousarray(pop(name))
+
+        from ..lowbit import BF16Weight, Int8Weight
+
+        embed = stored("model.embed_tokens.weight")
         self.norm = np.ascontiguousarray(weights["model.norm.weight"])
-        # the head and the embedding stay the checkpoint's float32 (rule M-26). A tied head
-        # under fp32_v1 is the one copy of the table: its prepared float32 panels, which
-        # the gather reads too (exact copies of the rows, M-2); otherwise the gather reads
-        # the table as stored and the head holds its own form (panels, or int15 codes)
-        head = embed if cfg.tie_word_embeddings else np.ascontiguousarray(pop("lm_head.weight"))
-        self.head = Proj(head, self.numeric_profile, "float32", self.numeric_mode)
+        # the head and the embedding stay the checkpoint's float32 (rule M-26), held in the
+        # bytes the checkpoint stores them in (float32; bf16 or int8 from a low-bit
+        # mojolearn checkpoint, whose materialized float32 they are). A tied head under
+        # fp32_v1 is the one copy of the table: its prepared panels, which the gather reads
+        # too (exact copies of the rows, M-2); otherwise the gather reads the table (as
+        # stored, or as panels of its low-bit form) and the head holds its own form
+        head = embed if cfg.tie_word_embeddings else stored("lm_head.weight")
+        self.head = Proj.stored(head, self.numeric_profile, self.numeric_mode)
         del head
-        self.embed = None if (cfg.tie_word_embeddings and not self.head.fixed15) else embed
+        if cfg.tie_word_embeddings and not self.head.fixed15:
+            self.embed = None
+        elif isinstance(embed, Int8Weight):
+            self.embed = K.prepare_nt_int8(np.ascontiguousarray(embed.codes),
+                                           np.ascontiguousarray(embed.exponents))
+        elif isinstance(embed, BF16Weight):
+            self.embed = K.prepare_nt(np.ascontiguousarray(embed.bits))
+        else:
+            self.embed = embed
         del embed
         self.layers = []
         for i in range(cfg.num_hidden_layers):
@@ -163,7 +184,11 @@ class CausalLM:
         head's panels, the norms), and the projections' (and an int15 head's) format:
         "bfloat16" or "int8" panels under fp32_v1, "int15" codes under fixed15_v1. A
         tied fp32_v1 head and the embedding are one copy."""
-        out = {"float32": self.norm.nbytes + (self.embed.nbytes if self.embed is not None else 0)}
+        out = {"float32": self.norm.nbytes}
+        if isinstance(self.embed, np.ndarray):
+            out["float32"] += self.embed.nbytes
+        elif self.embed is not None:  # a low-bit table's panels
+            out[self.embed.format] = out.get(self.embed.format, 0) + self.embed.nbytes
         out[self.head.format] = out.get(self.head.format, 0) + self.head.nbytes()
         for layer in self.layers:
             for f, n in layer.held().items():
@@ -265,8 +290,10 @@ class CausalLM:
         rows = np.empty((B * L, d), dtype=np.float32)
         if self.embed is None:
             x = K.gather_panels(self.head.w, ids.reshape(-1), rows)
-        else:
+        elif isinstance(self.embed, np.ndarray):
             x = K.gather(self.embed, ids.reshape(-1), rows)
+        else:
+            x = K.gather_panels(self.embed, ids.reshape(-1), rows)
         for i, layer in enumerate(self.layers):
             layer.forward(x, B, L, pos0, state.kt[i], state.v[i], self._rope)
         state.length = pos0 + L

@@ -21,7 +21,11 @@ import numpy as np
 from .config import ModelConfig
 from . import _kernels as K
 
-_ST_DTYPES = {"F32": (np.float32, 4), "BF16": (np.uint16, 2), "F16": (np.float16, 2)}
+_ST_DTYPES = {"F32": (np.float32, 4), "BF16": (np.uint16, 2), "F16": (np.float16, 2),
+              "I8": (np.int8, 1), "I32": (np.int32, 4)}
+# mojolearn.checkpoint's int8 storage: I8 codes under the weight's name and I32 row
+# exponents under <name> + this suffix (checkpoint.EXPONENTS_SUFFIX)
+_EXPS = ".int8_exponents"
 
 
 def _corrupt(path, why):
@@ -80,6 +84,20 @@ class LazyWeights:
             w = w[:, cols[0]:cols[1]]
         return np.ascontiguousarray(w)
 
+    def pop_stored(self, name):
+        """``stored(name)``, and the entry let go (as ``pop``)."""
+        v = self.stored(name)
+        self._entries.pop(name)
+        return v
+
+    def stored(self, name):
+        """The tensor as the checkpoint stores it, read now: a float32 array, or (from a
+        safetensors file written by mojolearn.checkpoint) a lowbit.BF16Weight or
+        lowbit.Int8Weight, whose materialized float32 is what ``w[name]`` gives."""
+        read = self._entries[name][1]
+        fn = getattr(read, "stored", None)
+        return fn() if fn is not None else read()
+
     def load_all(self) -> dict:
         """Every tensor read now: the plain dict read_model(path) returns."""
         return {name: read() for name, (_, read) in self._entries.items()}
@@ -109,6 +127,7 @@ def _safetensors_entries(path) -> dict:
         raise _corrupt(path, "header is not a JSON object")
     base = 8 + n
     out = {}
+    places = {}
     for name, t in header.items():
         if name == "__metadata__":
             continue
@@ -120,39 +139,82 @@ def _safetensors_entries(path) -> dict:
                    for v in shape + [lo, hi]):
             raise _corrupt(path, f"tensor {name!r} has shape {shape} and data_offsets "
                                  f"{[lo, hi]}: not non-negative ints")
-        if dt not in _ST_DTYPES:
+        if dt not in _ST_DTYPES or (dt == "I32") != name.endswith(_EXPS):
             raise ValueError(
                 f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} has dtype {dt}; "
-                f"model weights are read from F32, BF16 or F16 tensors only"
+                f"model weights are read from F32, BF16 or F16 tensors, or I8 codes with their "
+                f"I32 row exponents named <name>{_EXPS} (mojolearn.checkpoint's int8 storage)"
             )
         npdt, isz = _ST_DTYPES[dt]
         count = math.prod(shape)  # Python ints: no wrap-around
         if not (0 <= lo <= hi and base + hi <= size) or hi - lo != count * isz:
             raise _corrupt(path, f"tensor {name!r} ({dt}, shape {shape}) lies at bytes "
                                  f"[{lo}, {hi}) of a data section of {size - base} bytes")
-        out[name] = (tuple(shape), _st_reader(path, name, dt, tuple(shape), base + lo))
+        places[name] = (dt, tuple(shape), base + lo)
+    for name, (dt, shape, at) in places.items():
+        if dt == "I32":
+            if places.get(name[:-len(_EXPS)], ("",))[0] != "I8":
+                raise ValueError(f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} "
+                                 f"holds int8 exponents but no I8 tensor "
+                                 f"{name[:-len(_EXPS)]!r} goes with it")
+            continue
+        exps = None
+        if dt == "I8":
+            e = places.get(name + _EXPS)
+            if e is None or len(shape) != 2 or e[1] != (shape[0],):
+                raise ValueError(
+                    f"mojolearn: model file {os.fspath(path)!r}: I8 tensor {name!r} of shape "
+                    f"{shape} needs its row exponents {name + _EXPS!r} (I32, shape "
+                    f"({shape[0] if shape else '?'},)); "
+                    + ("they are missing" if e is None else f"they have shape {e[1]}"))
+            exps = e[2]
+        out[name] = (shape, _st_reader(path, name, dt, shape, at, exps))
     return out
 
 
-def _st_reader(path, name, dt, shape, at):
+def _st_reader(path, name, dt, shape, at, exps_at=None):
+    """read() -> the tensor as float32 (F32 as stored; BF16, F16 widened exactly; I8 codes
+    dequantized with their row exponents, rule L-6: the float32 the int8 storage
+    materializes); read.part(rows, cols) -> rows / columns of it, reading those bytes
+    only; read.stored() -> the tensor as stored: a float32 array, a lowbit.BF16Weight
+    (a 2-D BF16 tensor) or a lowbit.Int8Weight (I8 codes and their exponents)."""
     npdt = _ST_DTYPES[dt][0]
 
-    def read():
+    def raw_read(shape_, at_, dtype_):
         # read straight into the array (no mapping of the file: its pages would be
         # resident beside the copy and double the load's peak memory)
-        raw = np.empty(shape, dtype=npdt)
+        raw = np.empty(shape_, dtype=dtype_)
         with open(path, "rb") as f:
-            f.seek(at)
+            f.seek(at_)
             if raw.nbytes and f.readinto(memoryview(raw).cast("B")) != raw.nbytes:
                 raise _corrupt(path, f"tensor {name!r} is cut short")
-        return widen(raw)
+        return raw
 
-    def widen(raw):
+    def exponents(rows=None):
+        e = raw_read((shape[0],), exps_at, np.int32)
+        return np.ascontiguousarray(e[rows[0]:rows[1]]) if rows is not None else e
+
+    def read():
+        return widen(raw_read(shape, at, npdt))
+
+    def widen(raw, rows=None):
         if dt == "F32":
             return raw
         if dt == "BF16":
             return K.from_bf16(raw)
+        if dt == "I8":
+            return K.dequantize8(np.ascontiguousarray(raw), exponents(rows))
         return raw.astype(np.float32)  # float16 -> float32 is exact
+
+    def stored():
+        from ..lowbit import BF16Weight, Int8Weight
+
+        raw = raw_read(shape, at, npdt)
+        if dt == "I8":
+            return Int8Weight(raw, exponents())
+        if dt == "BF16" and len(shape) == 2:
+            return BF16Weight(raw)
+        return widen(raw)
 
     def part(rows=None, cols=None):
         # the bytes of those rows (one read) or of those columns of each row
@@ -178,9 +240,10 @@ def _st_reader(path, name, dt, shape, at):
                     row = raw[r - r0]
                     if row.nbytes and f.readinto(memoryview(row).cast("B")) != row.nbytes:
                         raise _corrupt(path, f"tensor {name!r} is cut short")
-        return widen(raw)
+        return widen(raw, (r0, r1))
 
     read.part = part
+    read.stored = stored
     return read
 
 
