@@ -140,6 +140,11 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[kv_append_kernel, tgt]("kv_append", kind, t)
     _one[sample_kernel, tgt]("sample", kind, t)
     _one[argmax_kernel, tgt]("argmax", kind, t)
+    if String(tgt) == "apple-m3":
+        t.notes.append(
+            "sample: M-32 sums in float64, which Metal lacks; the Apple build of the kernel"
+            " computes nothing and the GPU model samples the logits on the host (CPU kernel)"
+        )
     return t^
 
 

@@ -5,9 +5,14 @@ Int64 (kernel arguments must be device-passable); index arithmetic is Int (64-bi
 
     gather_kernel      one thread per element of the (rows, d) result
     kv_append_kernel   one thread per element of the call's (rows, n_heads, head_dim) values
-    sample_kernel      one thread per row (M-32 is one serial chain per row)
+    sample_kernel      one thread per row (M-32 is one serial chain per row). M-32 sums
+                       in float64, which Metal does not have: compiled for an Apple GPU
+                       the kernel computes nothing and marks every row -1; the driver
+                       never launches it there (it samples the logits read back on the
+                       host, by the CPU kernel of the same rule)
     argmax_kernel      one thread per row
 """
+from std.sys.info import is_apple_gpu
 from common.ptr import F32Ptr, U32Ptr, I64Ptr
 from common.gpu import gid_x, stride_x
 from transformer.gpu.model_threads import (
@@ -39,7 +44,10 @@ def kv_append_kernel(
 def sample_kernel(x: F32Ptr, rows: Int32, n: Int32, r: F64Ptr, picks: I64Ptr):
     var i = gid_x()
     while i < Int(rows):
-        sample_thread(x, Int(n), r, picks, i)
+        comptime if is_apple_gpu():
+            picks.unsafe_store(i, -1)  # no float64 on Metal: not computed here
+        else:
+            sample_thread(x, Int(n), r, picks, i)
         i += stride_x()
 
 

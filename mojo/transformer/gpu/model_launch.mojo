@@ -39,6 +39,7 @@ from gemm.gpu.launch import gemm_f32_resident, MAX_GRID_Y
 from transformer.gpu.kernels import (
     rmsnorm_kernel, silu_mul_kernel, add_kernel, rope_table_kernel, rope_kernel, attention_kernel,
 )
+from transformer.gpu.threads import attention_scale, rope_log_theta
 from transformer.gpu.model_kernels import gather_kernel, kv_append_kernel, sample_kernel, argmax_kernel
 
 comptime F = DType.float32
@@ -134,7 +135,8 @@ def run_op(ctx: DeviceContext, op: Int, a: List[Int], at: Int) raises:
         var hd = a[at + 3]
         if npos > 0 and hd > 1:
             ctx.enqueue_function[rope_table_kernel](
-                host_ptr[F](a[at]), host_ptr[F](a[at + 1]), Int32(npos), Int32(hd), _f32(a[at + 4]),
+                host_ptr[F](a[at]), host_ptr[F](a[at + 1]), Int32(npos), Int32(hd),
+                rope_log_theta(_f32(a[at + 4])),
                 grid_dim=blocks_1d(npos * (hd // 2)), block_dim=B1,
             )
     elif op == OP_ROPE:
@@ -167,7 +169,8 @@ def run_op(ctx: DeviceContext, op: Int, a: List[Int], at: Int) raises:
                 host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), host_ptr[F](a[at + 3]),
                 host_ptr[F](a[at + 4]), host_ptr[F](a[at + 5]), Int32(a[at + 6]), Int32(a[at + 7]),
                 Int32(a[at + 8]), Int32(a[at + 9]), Int32(a[at + 10]), Int32(a[at + 11]),
-                Int32(a[at + 12]), Int32(a[at + 13]), grid_dim=blocks_1d(total), block_dim=B1,
+                Int32(a[at + 12]), Int32(a[at + 13]), attention_scale(a[at + 10]),
+                grid_dim=blocks_1d(total), block_dim=B1,
             )
     elif op == OP_SILU_MUL:  # (g, u, ld_in, out, ld_out, rows, n)
         var total = a[at + 5] * a[at + 6]
