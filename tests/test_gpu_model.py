@@ -415,3 +415,52 @@ def test_gpu_module_builds_as_a_shared_library(tmp_path, arch):
                         str(tmp_path / "_native_gpu.so")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and (tmp_path / "_native_gpu.so").exists(), r.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- the device check's model step
+def _model_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_model_check",
+                                                  ROOT / "bench" / "device_model_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.BAD.clear()
+    return mod
+
+
+@pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfileSpeedWarning")
+def test_device_model_check_runs_every_arm_on_the_reference_backend(tmp_path, capsys):
+    """bench/device_model_check.py (device_check's step 8) on the CPU run of the GPU
+    bodies: the tiny arms, the sabotage arm seen failing, and with a small checkpoint
+    as the model the prefill / decode bits and the timing code; no result file."""
+    dmc = _model_check()
+    path, _ = dmc.tiny_checkpoint(str(tmp_path / "m"), True, 1)
+    assert dmc.main(["--reference", "--model", path, "--prefill", "16", "--steps", "2",
+                     "--reps", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("same bits") == 12 + 2 + 4 + 1 and out.count("DIFFER") == 3, out
+    assert "reference run of every arm ok" in out and not list(tmp_path.glob("*.json"))
+
+
+def test_device_model_check_writes_the_measured_row(tmp_path, monkeypatch):
+    """The step's result file is a MEASURED row of the GPU's vendor (cuda / hip): box
+    the GPU's name, what was timed, its source file under bench/results/."""
+    from mojolearn import _profile_measured as PM
+
+    dmc = _model_check()
+    monkeypatch.setattr(_device, "gpu_status", lambda: (object(), "cuda", "NVIDIA H200"))
+    rows = {"prefill": {}, "decode_per_token": {}, "torch": None,
+            "fixed15_over_fp32_prefill": {"lo": 0.9, "hi": 1.2, "median": 1.0}}
+
+    class A:
+        out, arch, prefill, steps, reps = str(tmp_path), "sm_90", 512, 16, 5
+
+    dmc.write_results(rows, "/x/SmolLM2-135M-Instruct.Q4_1.gguf", A)
+    (f,) = tmp_path.glob("model-gpu-*.json")
+    assert f.name == "model-gpu-nvidia-h200-sm_90.json"
+    ((prof, vendor, row),) = PM._parse_file(f)
+    assert (prof, vendor, row["over"], row["box"]) == ("fixed15_v1", "cuda", (0.9, 1.2),
+                                                        "NVIDIA H200")
+    assert "prefill of 512 tokens" in row["what"] and row["source"].startswith(
+        "bench/results/model-gpu-nvidia-h200-sm_90.json")
