@@ -21,11 +21,12 @@ except ImportError as e:  # pragma: no cover - exercised by the fresh-venv insta
 
 from .block import TransformerBlock, WEIGHT_FORMATS
 from .causal_lm import CausalLM, GenerationState
+from ._gpu_backend import DeviceTensor
 from .config import ModelConfig, SUPPORTED
 from .tokenizer import Tokenizer
 
 __all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
-           "SUPPORTED", "WEIGHT_FORMATS"]
+           "SUPPORTED", "WEIGHT_FORMATS", "DeviceTensor"]
 
 
 def __dir__():
