@@ -139,15 +139,15 @@ def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 @always_inline
 def _powf[w: Int](x: SIMD[DType.float32, w], y: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """Rule: M-7
-    _expf[w](_mul[w](y, _logf[w](x))), and 1 when y = 0."""
+    """M-7's powf: _pow_of_log of _logf(x)."""
     return _pow_of_log[w](_logf[w](x), y)
 
 
 @always_inline
 def _pow_of_log[w: Int](logx: SIMD[DType.float32, w], y: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """Rule: M-7
-    powf(x, y) given logx = _logf(x): for a caller that raises one base to many
+    _expf[w](_mul[w](y, logx)), and 1 when y = 0: powf(x, y) given logx = _logf(x)
+    (_powf calls it with the logarithm; a caller that raises one base to many
     exponents and takes its logarithm once (the GPU RoPE table: the AMD backend
     cannot build logf of a value uniform across threads inside a kernel)."""
     comptime F = SIMD[DType.float32, w]

@@ -138,10 +138,9 @@ def sub_unflushed[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) 
 
 @always_inline
 def order_key[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.int32, w]:
-    """Rule: M-32
-    An int32 in the order of the float32 values (not NaN), subnormals by their
-    value, +0 and -0 equal: the magnitude's bits, negated for a negative sign (the
-    sampling rule's exact maximum; the CPU kernel and the GPU body both use it)."""
+    """An int32 in the order of the float32 values (not NaN), subnormals by their
+    value, +0 and -0 equal: the magnitude's bits, negated for a negative sign (M-32's
+    exact maximum; the CPU kernel and the GPU body both use it)."""
     var b = bitcast[DType.uint32, w](x)
     var mag = (b & 0x7FFFFFFF).cast[DType.int32]()
     return (b >> 31).ne(0).select(-mag, mag)
