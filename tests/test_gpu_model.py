@@ -464,3 +464,25 @@ def test_device_model_check_writes_the_measured_row(tmp_path, monkeypatch):
                                                         "NVIDIA H200")
     assert "prefill of 512 tokens" in row["what"] and row["source"].startswith(
         "bench/results/model-gpu-nvidia-h200-sm_90.json")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("profile", PROFILES)
+def test_transformer_block_on_the_gpu_path(models, profile, fmt):
+    """M-4 .. M-17, M-27 for the block alone: TransformerBlock(device='gpu') through the
+    CPU run of the GPU bodies equals the CPU block, bit for bit (GQA with a qkv bias,
+    batch 2 of 5 tokens; an empty batch gives an empty result)."""
+    from mojolearn.models import TransformerBlock
+
+    cfg = SHAPES["qwen2_hd32"]
+    w = tiny_weights(dict(cfg, num_attention_heads=4, num_key_value_heads=2, hidden_size=64),
+                     seed=80)
+    bw = {k[len("model.layers.0."):]: v for k, v in w.items() if k.startswith("model.layers.0.")}
+    kw = dict(n_heads=4, n_kv_heads=2, rms_norm_eps=1e-5, max_positions=16, qkv_bias=True,
+              numeric_profile=profile, weight_format=fmt)
+    cpu = TransformerBlock(bw, device="cpu", **kw)
+    gpu = TransformerBlock(bw, _device_backend=ReferenceBackend(), **kw)
+    assert (cpu.device, gpu.device) == ("cpu", "gpu")
+    x = np.random.default_rng(81).standard_normal((2, 5, 64)).astype(np.float32)
+    assert_same_bits(gpu(x), cpu(x), "block")
+    assert gpu(np.zeros((0, 5, 64), np.float32)).shape == (0, 5, 64)

@@ -181,6 +181,41 @@ class _DevLayer:
             out[pr.kind] = out.get(pr.kind, 0) + pr.nbytes()
 
 
+def layer_ops(ops, layer, x, B, L, pos0, kt, vc, tmax, rows, c, eps_bits, fixed15, rope, sc):
+    """Append one block's ops (CausalLM's Layer.forward, op for op) to the program: x
+    (rows, d) the residual stream, updated in place; kt / vc this layer's key and value
+    caches (addresses); c the dimensions (a ModelConfig or the like); rope the (cos,
+    sin) table addresses; sc the scratch buffers."""
+    nh, kvh, hd, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.hidden_size
+    nq, nk, ff = nh * hd, kvh * hd, c.intermediate_size
+    ld = nq + 2 * nk
+    h = sc.get("h", rows * d)
+    qkv = sc.get("qkv", rows * ld)
+    q = sc.get("q", rows * nq)
+    ctx = sc.get("ctx", rows * nq)
+    o = sc.get("o", rows * d)
+    gu = sc.get("gu", rows * 2 * ff)
+    pm = sc.get("pm", rows * ff)
+    ws = sc.get("attn_ws", B * nh * L * (pos0 + L))
+    cos, sin = rope
+    ops.append(("nn_rmsnorm", x, layer.ln1.addr, h.addr, rows, d, eps_bits))
+    layer.qkv.ops(ops, h.addr, rows, qkv.addr, sc)
+    if layer.bias is not None:
+        ops.append(("nn_add", qkv.addr, ld, layer.bias.addr, 0, qkv.addr, ld, rows, ld))
+    ops.append(("nn_rope", qkv.addr, ld, q.addr, nq, hd, nh, hd, cos, sin, pos0, L, rows, 0, 0))
+    ops.append(("nn_rope", qkv.at(nq), ld, kt, 0, 0, kvh, hd, cos, sin, pos0, L, rows, 1, tmax))
+    ops.append(("nn_kv_append", qkv.at(nq + nk), ld, vc, kvh, hd, pos0, L, rows, tmax))
+    ops.append(("nn_attention", q.addr, nq, kt, vc, ctx.addr, ws.addr, B, L, nh, kvh, hd, pos0,
+                tmax, int(fixed15)))
+    layer.o.ops(ops, ctx.addr, rows, o.addr, sc)
+    ops.append(("nn_add", x, d, o.addr, d, x, d, rows, d))
+    ops.append(("nn_rmsnorm", x, layer.ln2.addr, h.addr, rows, d, eps_bits))
+    layer.gu.ops(ops, h.addr, rows, gu.addr, sc)
+    ops.append(("nn_silu_mul", gu.addr, gu.at(ff), 2 * ff, pm.addr, ff, rows, ff))
+    layer.down.ops(ops, pm.addr, rows, o.addr, sc)
+    ops.append(("nn_add", x, d, o.addr, d, x, d, rows, d))
+
+
 class DeviceGenerationState(GenerationState):
     """A GenerationState whose KV cache lies in a GPU model's device memory (kt and v
     are device buffers in the CPU state's layout; see GenerationState). Made by
@@ -279,35 +314,8 @@ class GpuModel:
 
     # ------------------------------------------------------------ the forward program
     def _layer_ops(self, ops, layer, x, B, L, pos0, kt, vc, tmax, rows):
-        c, sc = self.cfg, self.scratch
-        nh, kvh, hd, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.hidden_size
-        nq, nk, ff = nh * hd, kvh * hd, c.intermediate_size
-        ld = nq + 2 * nk
-        h = sc.get("h", rows * d)
-        qkv = sc.get("qkv", rows * ld)
-        q = sc.get("q", rows * nq)
-        ctx = sc.get("ctx", rows * nq)
-        o = sc.get("o", rows * d)
-        gu = sc.get("gu", rows * 2 * ff)
-        pm = sc.get("pm", rows * ff)
-        ws = sc.get("attn_ws", B * nh * L * (pos0 + L))
-        cos, sin = self.cos.addr, self.sin.addr
-        ops.append(("nn_rmsnorm", x, layer.ln1.addr, h.addr, rows, d, self.eps_bits))
-        layer.qkv.ops(ops, h.addr, rows, qkv.addr, sc)
-        if layer.bias is not None:
-            ops.append(("nn_add", qkv.addr, ld, layer.bias.addr, 0, qkv.addr, ld, rows, ld))
-        ops.append(("nn_rope", qkv.addr, ld, q.addr, nq, hd, nh, hd, cos, sin, pos0, L, rows, 0, 0))
-        ops.append(("nn_rope", qkv.at(nq), ld, kt, 0, 0, kvh, hd, cos, sin, pos0, L, rows, 1, tmax))
-        ops.append(("nn_kv_append", qkv.at(nq + nk), ld, vc, kvh, hd, pos0, L, rows, tmax))
-        ops.append(("nn_attention", q.addr, nq, kt, vc, ctx.addr, ws.addr, B, L, nh, kvh, hd, pos0,
-                    tmax, int(self.fixed15)))
-        layer.o.ops(ops, ctx.addr, rows, o.addr, sc)
-        ops.append(("nn_add", x, d, o.addr, d, x, d, rows, d))
-        ops.append(("nn_rmsnorm", x, layer.ln2.addr, h.addr, rows, d, self.eps_bits))
-        layer.gu.ops(ops, h.addr, rows, gu.addr, sc)
-        ops.append(("nn_silu_mul", gu.addr, gu.at(ff), 2 * ff, pm.addr, ff, rows, ff))
-        layer.down.ops(ops, pm.addr, rows, o.addr, sc)
-        ops.append(("nn_add", x, d, o.addr, d, x, d, rows, d))
+        layer_ops(ops, layer, x, B, L, pos0, kt, vc, tmax, rows, self.cfg, self.eps_bits,
+                  self.fixed15, (self.cos.addr, self.sin.addr), self.scratch)
 
     def forward(self, ids, state, last_only) -> DevBuf:
         """Run ids (B, L) after the state's cached tokens (the caller checked the state
@@ -383,3 +391,46 @@ def check_fits(cfg, lm, backend, source):
             f"{lm.numeric_profile!r}), and the device ({backend.name}) has {free} free of "
             f"{total}; nothing was uploaded: use weight_format='int8' or 'bfloat16' (fp32_v1), "
             f"a smaller max_positions, free device memory, or device='cpu'")
+
+
+class _BlockDims:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class GpuBlock:
+    """The device half of a TransformerBlock made with device='gpu': one block's weights
+    (as GpuModel's layers) and RoPE table on the device; forward uploads x, runs the
+    block's program at positions 0.. with a cache of this call's length, and reads x
+    back."""
+
+    def __init__(self, backend, get, *, d, n_heads, n_kv_heads, head_dim, intermediate, eps,
+                 rope_theta, max_positions, profile, weight_format, qkv_bias):
+        self.backend = backend
+        self.dims = _BlockDims(num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                               head_dim=head_dim, hidden_size=d, intermediate_size=intermediate,
+                               qkv_bias=qkv_bias)
+        self.fixed15 = profile == "fixed15_v1"
+        self.eps_bits = K.f32_bits(eps)
+        self.scratch = _Scratch(backend)
+        self.layer = _DevLayer(backend, get, "", self.dims, profile, weight_format)
+        half = head_dim // 2
+        self.cos = backend.alloc((max_positions, half), np.float32)
+        self.sin = backend.alloc((max_positions, half), np.float32)
+        backend.run([("nn_rope_table", self.cos.addr, self.sin.addr, max_positions, head_dim,
+                      K.f32_bits(rope_theta))])
+
+    def forward(self, xs, B, L):
+        """xs (B * L, d) float32 on the host -> the block's output, (B * L, d) host."""
+        be, c = self.backend, self.dims
+        x = upload(be, xs)
+        kt = be.alloc((B, c.num_key_value_heads, c.head_dim, L), np.float32)
+        vc = be.alloc((B, c.num_key_value_heads, L, c.head_dim), np.float32)
+        ops = []
+        layer_ops(ops, self.layer, x.addr, B, L, 0, kt.addr, vc.addr, L, B * L, c, self.eps_bits,
+                  self.fixed15, (self.cos.addr, self.sin.addr), self.scratch)
+        try:
+            be.run(ops)
+        finally:
+            self.scratch.done()
+        return be.read(x)
