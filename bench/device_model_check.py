@@ -180,9 +180,16 @@ def model_arm(path, args):
             ok &= same(lg, lc)
         report(f"SmolLM2 {prof} prefill {n} then {steps} decode steps", ok)
         models[prof] = gpu
+        if prof == "fp32_v1":  # the sabotage arm's reference, while the CPU model is here
+            sab_ids = ids[:, :64]
+            sab_want = cpu.forward(sab_ids)
         del cpu
-    sabotage_arm("SmolLM2 fp32_v1", path, (np.arange(64, dtype=np.int64)[None, :] * 7919) % V,
-                 args, numeric_profile="fp32_v1")
+    gpu = models["fp32_v1"]
+    good = flip_norm_bit(gpu)
+    report("SmolLM2 fp32_v1: sabotaged (one norm bit flipped on the device)",
+           same(gpu.forward(sab_ids), sab_want), expect=False)
+    gpu._gpu.backend.write(gpu._gpu.norm, good)
+    report("SmolLM2 fp32_v1: the bit put back", same(gpu.forward(sab_ids), sab_want))
     return models
 
 
