@@ -5,6 +5,8 @@
 #   bench/device_check.sh              on a GPU machine (NVIDIA or AMD)
 #   bench/device_check.sh --cpu-half   the CPU-side steps only (any machine; a test runs it)
 #   bench/device_check.sh --arch sm_90 force the accelerator architecture
+#   bench/device_check.sh --model GGUF the SmolLM2-135M GGUF for step 8 (default: the
+#                                      MOJOLEARN_MODEL_CACHE copy, or a fetch)
 #   bench/device_check.sh --prebuilt DIR  a GPU machine without Mojo: the CPU and GPU
 #                                      extensions (and the Mojo runtime libraries) were
 #                                      built elsewhere into DIR; steps 2-3 copy them
@@ -23,14 +25,27 @@
 #   6 GPU   GPU vs CPU bits on fresh random cases (new seed each run, printed)
 #   6b GPU  device-resident operands: tests/test_gpu_resident.py (torch CUDA tensors
 #           in and out, the torch mode on CUDA) and their timing against torch.mm (fp32)
-#   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed
-# Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 240).
+#   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed (its model rows
+#           are left to step 8)
+#   8       the models on the GPU (bench/device_model_check.py): tiny models GPU vs CPU
+#           (both profiles x three weight formats, prefill, steps, generation), a
+#           sabotage arm seen failing, SmolLM2-135M's 512-token prefill and 16 decode
+#           steps GPU vs CPU bit for bit, then the whole-model times beside
+#           transformers on torch CUDA (fp32, TF32 off), written with the cuda / hip
+#           MEASURED row to bench/results/model-gpu-*.json. With --cpu-half: the tiny
+#           and sabotage arms through the CPU run of the GPU bodies (--reference).
+#           A machine without the SmolLM2 file fails this step naming the figures owed
+#           (DEVICE_CHECK_ALLOW_NO_MODEL=1 accepts that)
+# Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 240),
+# MODEL_TIMEOUT (step 8, seconds, default 300).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 MOJO=${MOJO:-$ROOT/.venv/bin/mojo}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
+MODEL_TIMEOUT=${MODEL_TIMEOUT:-300}
+MODEL=""
 CPU_HALF=0
 ARCH=""
 PREBUILT=""
@@ -39,7 +54,8 @@ while [ $# -gt 0 ]; do
         --cpu-half) CPU_HALF=1 ;;
         --arch) ARCH="$2"; shift ;;
         --prebuilt) PREBUILT="$2"; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        --model) MODEL="$2"; shift ;;
+        -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
         *) echo "device_check: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -137,6 +153,9 @@ if [ "$CPU_HALF" = 0 ]; then
 fi
 
 if [ "$CPU_HALF" = 1 ]; then
+    step "8 the models' GPU path through the CPU run of its bodies (tiny, sabotage arm)"
+    "$PY" bench/device_model_check.py --reference 2>&1 | { grep -v -e SpeedWarning -e '_profiles.resolve' || true; }
+    [ "${PIPESTATUS[0]}" = 0 ] || { echo "device_check: step 8 (reference) FAILED" >&2; exit 1; }
     echo
     echo "device_check: cpu half ok ($(( $(date +%s) - T0 ))s)"
     exit 0
@@ -321,7 +340,8 @@ EOF
 # ---------------------------------------------------------------- 7 bench
 step "7 bench/run.py on the GPU build (timeout ${BENCH_TIMEOUT}s)"
 set +e
-MOJOLEARN_DEVICE=gpu timeout "$BENCH_TIMEOUT" \
+# the whole-model rows are step 8's (the models follow MOJOLEARN_DEVICE=gpu onto the GPU)
+MOJOLEARN_BENCH_NO_MODELS=1 MOJOLEARN_DEVICE=gpu timeout "$BENCH_TIMEOUT" \
     "$PY" bench/run.py --reps 3 --out "$WORK/bench-gpu-$ARCH.json"
 RC=$?
 set -e
@@ -331,11 +351,28 @@ if [ $RC = 124 ]; then
 elif [ $RC != 0 ]; then
     exit $RC
 fi
+
+# ---------------------------------------------------------------- 8 the models on the GPU
+step "8 the models on the GPU: bits (tiny, SmolLM2-135M), sabotage arm, whole-model time (timeout ${MODEL_TIMEOUT}s)"
+set +e
+timeout "$MODEL_TIMEOUT" "$PY" bench/device_model_check.py --arch "$ARCH" --out "$WORK" \
+    ${MODEL:+--model "$MODEL"} 2>&1 | { grep -v -e SpeedWarning -e '_profiles.resolve' || true; }
+MODEL_RC=${PIPESTATUS[0]}
+set -e
+
 mkdir -p "${DEVICE_CHECK_OUT:-$ROOT/bench/results}"
-cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
+cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/model-gpu-*.json \
+    "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
 
 if [ "$RES_FAIL" != 0 ]; then
     echo "device_check: step 6b (device-resident operands) FAILED; see above" >&2
+    exit 1
+fi
+if [ "$MODEL_RC" = 3 ] && [ "${DEVICE_CHECK_ALLOW_NO_MODEL:-0}" = 1 ]; then
+    echo "device_check: step 8: SmolLM2-135M not available; its figures are still owed (allowed)"
+elif [ "$MODEL_RC" != 0 ]; then
+    echo "device_check: step 8 (the models on the GPU) FAILED (status $MODEL_RC; 3: SmolLM2-135M" \
+         "not available, its figures owed: pass --model GGUF); see above" >&2
     exit 1
 fi
 echo

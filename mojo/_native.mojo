@@ -28,6 +28,7 @@ from gemm.cpu.pack_f32 import transpose_sq
 from std.collections import Array
 from transformer.cpu.entry import register_nn
 from transformer.gpu.cpu_run import register_nn_gpu_reference
+from transformer.gpu.model_cpu_run import register_model_gpu_reference
 from gemm.gpu.cpu_run import register_gemm_gpu_reference
 from convert.gpu.cpu_run import register_convert_gpu_reference
 from common.cpu import build_isa, request_amx_permission
@@ -370,6 +371,7 @@ def PyInit__native() abi("C") -> PythonObject:
         register_ksplit(m)
         register_nn(m)
         register_nn_gpu_reference(m)
+        register_model_gpu_reference(m)
         register_gemm_gpu_reference(m)
         register_convert_gpu_reference(m)
         return m.finalize()

@@ -11,7 +11,10 @@ WHAT IT IS
     dequantize_int8, dequantize_int15, gemm_f32, gemm_int8, gemm_int15,
     strided_copy, mxcsr), so MOJOLEARN_NATIVE=_native_gpu serves mojolearn from
     the GPU; plus device_info(()) -> (api, device name), api being "cuda", "hip"
-    or "metal". The kernels are mojo/gemm/gpu/kernels.mojo and
+    or "metal"; and the GPU model's entries (dev_alloc, dev_free, dev_upload,
+    dev_download, dev_zero, dev_memory, nn_program_dev: device memory and one
+    program of ops on device-resident operands, transformer/gpu/model_entry.mojo).
+    The kernels are mojo/gemm/gpu/kernels.mojo and
     mojo/convert/gpu/kernels.mojo, each launched by the launch.mojo beside it:
     every call copies its inputs to the device, launches, and copies the result
     back before it returns.
@@ -35,6 +38,9 @@ from common.fpstate import read_mxcsr
 import gemm.gpu.launch as G
 import convert.gpu.launch as C
 import transformer.gpu.launch as T
+from transformer.gpu.model_entry import (
+    dev_alloc, dev_free, dev_upload, dev_download, dev_zero, dev_memory, nn_program_dev,
+)
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -391,6 +397,14 @@ def PyInit__native_gpu() abi("C") -> PythonObject:
         m.def_function[gemm_int15]("gemm_int15")
         m.def_function[gemm_f32_resident]("gemm_f32_resident")
         m.def_function[nn_add_resident]("nn_add_resident")
+        # the GPU model (transformer/gpu/model_entry.mojo): device memory and programs
+        m.def_function[dev_alloc]("dev_alloc")
+        m.def_function[dev_free]("dev_free")
+        m.def_function[dev_upload]("dev_upload")
+        m.def_function[dev_download]("dev_download")
+        m.def_function[dev_zero]("dev_zero")
+        m.def_function[dev_memory]("dev_memory")
+        m.def_function[nn_program_dev]("nn_program_dev")
         m.def_function[strided_copy]("strided_copy")
         m.def_function[mxcsr]("mxcsr")
         return m.finalize()

@@ -45,6 +45,7 @@ from transformer.gpu.kernels import (
     rope_kernel,
     attention_kernel,
 )
+from transformer.gpu.model_kernels import gather_kernel, kv_append_kernel, sample_kernel, argmax_kernel
 
 comptime F32 = DType.float32
 comptime BF = DType.uint16
@@ -134,6 +135,16 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[rope_table_kernel, tgt]("rope_table", kind, t)
     _one[rope_kernel, tgt]("rope", kind, t)
     _one[attention_kernel, tgt]("attention", kind, t)
+    # the model ops (transformer/gpu/model_kernels.mojo)
+    _one[gather_kernel, tgt]("gather", kind, t)
+    _one[kv_append_kernel, tgt]("kv_append", kind, t)
+    _one[sample_kernel, tgt]("sample", kind, t)
+    _one[argmax_kernel, tgt]("argmax", kind, t)
+    if String(tgt) == "apple-m3":
+        t.notes.append(
+            "sample: M-32 sums in float64, which Metal lacks; the Apple build of the kernel"
+            " computes nothing and the GPU model samples the logits on the host (CPU kernel)"
+        )
     return t^
 
 

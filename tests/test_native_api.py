@@ -19,12 +19,14 @@ from mojolearn._native_loader import cpu_native
 ROOT = Path(__file__).resolve().parents[1]
 MOJO = ROOT / "mojo"
 GPU_SRC = MOJO / "_native_gpu.mojo"
+# the GPU module's entry sources: its own file and the GPU model's entries it registers
+GPU_SRCS = [GPU_SRC, MOJO / "transformer" / "gpu" / "model_entry.mojo"]
 
 
 def _mojo_files(kind):
     if kind == "gpu":
-        return [GPU_SRC]
-    return [p for p in sorted(MOJO.rglob("*.mojo")) if p != GPU_SRC]
+        return GPU_SRCS
+    return [p for p in sorted(MOJO.rglob("*.mojo")) if p not in GPU_SRCS]
 
 
 def _registrations(kind):

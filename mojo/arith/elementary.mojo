@@ -139,10 +139,19 @@ def _logf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 @always_inline
 def _powf[w: Int](x: SIMD[DType.float32, w], y: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-7's powf: _pow_of_log of _logf(x)."""
+    return _pow_of_log[w](_logf[w](x), y)
+
+
+@always_inline
+def _pow_of_log[w: Int](logx: SIMD[DType.float32, w], y: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """Rule: M-7
-    _expf[w](_mul[w](y, _logf[w](x))), and 1 when y = 0."""
+    _expf[w](_mul[w](y, logx)), and 1 when y = 0: powf(x, y) given logx = _logf(x)
+    (_powf calls it with the logarithm; a caller that raises one base to many
+    exponents and takes its logarithm once (the GPU RoPE table: the AMD backend
+    cannot build logf of a value uniform across threads inside a kernel)."""
     comptime F = SIMD[DType.float32, w]
-    var r = _expf[w](_mul[w](y, _logf[w](x)))
+    var r = _expf[w](_mul[w](y, logx))
     return y.eq(F(0)).select(F(1), r)
 
 
@@ -218,6 +227,13 @@ def logf(x: SIMD) -> type_of(x):
 def powf(x: SIMD, y: type_of(x)) -> type_of(x):
     comptime w = x.length
     return rebind[type_of(x)](_powf[w](rebind[SIMD[DType.float32, w]](x), rebind[SIMD[DType.float32, w]](y)))
+
+
+@always_inline
+def pow_of_log(logx: SIMD, y: type_of(logx)) -> type_of(logx):
+    """powf(x, y) given logx = logf(x) (M-7)."""
+    comptime w = logx.length
+    return rebind[type_of(logx)](_pow_of_log[w](rebind[SIMD[DType.float32, w]](logx), rebind[SIMD[DType.float32, w]](y)))
 
 
 @always_inline

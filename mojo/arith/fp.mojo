@@ -134,3 +134,20 @@ def sub_unflushed[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w]) 
     rounding of a sum is innocuous); the float64 difference of two float32s is never
     subnormal (DAZ cannot touch it), and FTZ is off under the contract state."""
     return (widen_exact[w](a) - widen_exact[w](b)).cast[DType.float32]()
+
+
+@always_inline
+def order_key[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.int32, w]:
+    """An int32 in the order of the float32 values (not NaN), subnormals by their
+    value, +0 and -0 equal: the magnitude's bits, negated for a negative sign (M-32's
+    exact maximum; the CPU kernel and the GPU body both use it)."""
+    var b = bitcast[DType.uint32, w](x)
+    var mag = (b & 0x7FFFFFFF).cast[DType.int32]()
+    return (b >> 31).ne(0).select(-mag, mag)
+
+
+@always_inline
+def of_order_key(k: Int32) -> Float32:
+    """The float32 whose order_key is k (a zero key gives +0)."""
+    var b = UInt32(k) if k >= 0 else UInt32(0x80000000) | UInt32(-k)
+    return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](b))[0]

@@ -14,7 +14,8 @@ WHERE
     "both"  the CPU builds and the GPU module (the same tuple on both: the calls do
             not know which backend serves them)
     "cpu"   the CPU builds only (the model ops, test support: MXCSR, the block
-            table, the CPU run of the GPU bodies as gpu_ref_*)
+            table, the CPU run of the GPU bodies as gpu_ref_*, which is also the
+            reference backend of the GPU model driver)
     "gpu"   the GPU module only
 """
 from __future__ import annotations
@@ -127,6 +128,11 @@ ENTRIES = (
                               "sin", "pos0", "length", "rows", "transposed", "tmax"), "cpu"),
     Entry("gpu_ref_nn_attention", ("q", "ldq", "kt", "v", "out", "ws", "batch", "length",
                                    "n_heads", "n_kv", "head_dim", "pos0", "tmax", "fixed15"), "cpu"),
+    Entry("gpu_ref_nn_gather", ("table", "ids", "out", "rows", "d"), "cpu"),
+    Entry("gpu_ref_nn_kv_append", ("src", "lds", "dst", "n_heads", "head_dim", "pos0", "length",
+                                   "rows", "tmax"), "cpu"),
+    Entry("gpu_ref_nn_sample", ("x", "rows", "n", "r", "out"), "cpu"),
+    Entry("gpu_ref_nn_argmax", ("x", "rows", "n", "out"), "cpu"),
     # GPU module only
     Entry("device_info", (), "gpu", "tuple", "(api, device name)"),
     Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
@@ -134,10 +140,20 @@ ENTRIES = (
           "gemm_f32 on device-resident operands (DLPack device tensors): no copies"),
     Entry("nn_add_resident", ("x", "ldx", "y", "ldy", "out", "ldo", "n", "rows"), "gpu",
           doc="ftz(x + y) row by row on device-resident operands (torch mode's bias add)"),
+    # the GPU model (mojo/transformer/gpu/model_entry.mojo): device memory and programs
+    Entry("dev_alloc", ("nbytes",), "gpu", "int", "a new device allocation; its address"),
+    Entry("dev_free", ("address", "nbytes"), "gpu"),
+    Entry("dev_upload", ("dst_dev", "src_host", "nbytes"), "gpu"),
+    Entry("dev_download", ("dst_host", "src_dev", "nbytes"), "gpu"),
+    Entry("dev_zero", ("address", "nbytes"), "gpu"),
+    Entry("dev_memory", (), "gpu", "ints", "(free, total) bytes of device memory"),
+    Entry("nn_program_dev", ("ops",), "gpu",
+          doc="ops: (name, *args) tuples, each a gpu_ref_* entry's name without the prefix "
+              "and its arguments (device addresses), run in order on one device context"),
 )
 
 BY_NAME = {e.name: e for e in ENTRIES}
-LIST_ARGS = {"shape": "list[int]", "byte_strides": "list[int]"}  # every other item is an int
+LIST_ARGS = {"shape": "list[int]", "byte_strides": "list[int]", "ops": "list[tuple]"}  # every other item is an int
 CPU_MODULES = ("_native_amx", "_native_v4", "_native_v3")
 GPU_MODULE = "_native_gpu"
 
@@ -158,7 +174,8 @@ def render_stub(kind: str) -> str:
         types = [LIST_ARGS.get(a, "int") for a in e.args]
         items = ", ".join(f"{a}: {t}" for a, t in zip(e.args, types))
         tup = f"tuple[{', '.join(types)}]" if e.args else "tuple[()]"
-        ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]"}[e.returns]
+        ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]",
+               "ints": "tuple[int, int]"}[e.returns]
         note = f"  # ({items})" if items else ""
         lines.append(f"def {e.name}(args: {tup}, /) -> {ret}: ...{note}")
     return "\n".join(lines) + "\n"

@@ -15,3 +15,10 @@ def mxcsr(args: tuple[()], /) -> int: ...
 def device_info(args: tuple[()], /) -> tuple[str, str]: ...
 def gemm_f32_resident(args: tuple[int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a: int, b: int, c: int, m: int, n: int, k: int, trans_a: int, trans_b: int, a_bf16: int, b_bf16: int, sabotage: int)
 def nn_add_resident(args: tuple[int, int, int, int, int, int, int, int], /) -> None: ...  # (x: int, ldx: int, y: int, ldy: int, out: int, ldo: int, n: int, rows: int)
+def dev_alloc(args: tuple[int], /) -> int: ...  # (nbytes: int)
+def dev_free(args: tuple[int, int], /) -> None: ...  # (address: int, nbytes: int)
+def dev_upload(args: tuple[int, int, int], /) -> None: ...  # (dst_dev: int, src_host: int, nbytes: int)
+def dev_download(args: tuple[int, int, int], /) -> None: ...  # (dst_host: int, src_dev: int, nbytes: int)
+def dev_zero(args: tuple[int, int], /) -> None: ...  # (address: int, nbytes: int)
+def dev_memory(args: tuple[()], /) -> tuple[int, int]: ...
+def nn_program_dev(args: tuple[list[tuple]], /) -> None: ...  # (ops: list[tuple])

@@ -58,3 +58,7 @@ def gpu_ref_nn_add(args: tuple[int, int, int, int, int, int, int, int], /) -> No
 def gpu_ref_nn_rope_table(args: tuple[int, int, int, int, int], /) -> None: ...  # (cos: int, sin: int, npos: int, head_dim: int, theta_bits: int)
 def gpu_ref_nn_rope(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (src: int, lds: int, dst: int, ldd: int, dhs: int, n_heads: int, head_dim: int, cos: int, sin: int, pos0: int, length: int, rows: int, transposed: int, tmax: int)
 def gpu_ref_nn_attention(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (q: int, ldq: int, kt: int, v: int, out: int, ws: int, batch: int, length: int, n_heads: int, n_kv: int, head_dim: int, pos0: int, tmax: int, fixed15: int)
+def gpu_ref_nn_gather(args: tuple[int, int, int, int, int], /) -> None: ...  # (table: int, ids: int, out: int, rows: int, d: int)
+def gpu_ref_nn_kv_append(args: tuple[int, int, int, int, int, int, int, int, int], /) -> None: ...  # (src: int, lds: int, dst: int, n_heads: int, head_dim: int, pos0: int, length: int, rows: int, tmax: int)
+def gpu_ref_nn_sample(args: tuple[int, int, int, int, int], /) -> None: ...  # (x: int, rows: int, n: int, r: int, out: int)
+def gpu_ref_nn_argmax(args: tuple[int, int, int, int], /) -> None: ...  # (x: int, rows: int, n: int, out: int)

@@ -263,8 +263,10 @@ def model_logits(profile, fmt, ids=MODEL_IDS):
     from .models.config import ModelConfig
 
     w = {k: np.array(np.asarray(v), copy=True) for k, v in model_weights().items()}
+    # the CPU model, whatever the process device: the GPU model's bits are checked by
+    # bench/device_check.sh step 8 (bench/device_model_check.py)
     lm = CausalLM(ModelConfig.from_dict(MODEL_CONFIG), w, numeric_profile=profile,
-                  weight_format=fmt, source="conformance model fixture")
+                  weight_format=fmt, source="conformance model fixture", device="cpu")
     return lm, lm.forward(np.array(ids, dtype=np.int64))
 
 

@@ -11,7 +11,7 @@ from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
-from arith.fp import ftz, is_nan, daz_in, widen_exact, sub_unflushed
+from arith.fp import ftz, is_nan, daz_in, widen_exact, sub_unflushed, order_key, of_order_key
 from arith.tree import chain_step_daz, serial_add_daz
 from arith.elementary import mul, sqrt_rn, expf, logf, powf, sin_cos
 from common.ptr import U32Ptr, U16Ptr, I8Ptr
@@ -271,15 +271,6 @@ def mean_rows(x: F32Ptr, dst: F32Ptr, n: Int, r0: Int, r1: Int):
 
 
 # ------------------------------------------------------------------ M-32 (sampling)
-@always_inline
-def _order_key[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.int32, w]:
-    """An int32 in the order of the float32 values (not NaN), subnormals by their
-    value, +0 and -0 equal: the magnitude's bits, negated for a negative sign."""
-    var b = bitcast[DType.uint32, w](x)
-    var mag = (b & 0x7FFFFFFF).cast[DType.int32]()
-    return (b >> 31).ne(0).select(-mag, mag)
-
-
 def sample_rows(x: F32Ptr, n: Int, r: Int, picks: I64Ptr, e: F32Ptr, r0: Int, r1: Int):
     """M-32: the sampled token of rows [r0, r1) of x (rows of n >= 1), with the
     float64 draw r[i] of row i (r the address of the float64 draws); e holds n floats
@@ -298,16 +289,15 @@ def sample_rows(x: F32Ptr, n: Int, r: Int, picks: I64Ptr, e: F32Ptr, r0: Int, r1
         for j in range(0, nv, W):
             var v = row.unsafe_load[width=W](j)
             any_nan = any_nan or is_nan(v).reduce_or()
-            kmax = max(kmax, _order_key[W](v))
+            kmax = max(kmax, order_key[W](v))
         var km = kmax.reduce_max()
         for j in range(nv, n):
             var v = F1(row.unsafe_load(j))
             any_nan = any_nan or is_nan(v)[0]
-            km = max(km, _order_key[1](v)[0])
+            km = max(km, order_key[1](v)[0])
         var pick = n - 1
         if not any_nan:
-            var mb = UInt32(km) if km >= 0 else UInt32(0x80000000) | UInt32(-km)
-            var mx = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](mb))[0]
+            var mx = of_order_key(km)
             var mxw = FW(mx)
             for j in range(0, nv, W):
                 e.unsafe_store(j, expf(daz_in(sub_unflushed[W](row.unsafe_load[width=W](j), mxw))))

@@ -8,6 +8,7 @@ from common.ptr import F32Ptr, ptr_f32
 from common.fpstate import enter_ieee_mode, leave_ieee_mode
 from transformer.gpu.threads import (
     rmsnorm_thread, silu_mul_thread, add_thread, rope_table_thread, rope_thread, attention_thread,
+    attention_scale, rope_log_theta,
 )
 
 
@@ -54,10 +55,11 @@ def gpu_ref_nn_add(args: PythonObject) raises -> PythonObject:
 def gpu_ref_nn_rope_table(args: PythonObject) raises -> PythonObject:
     """(cos, sin, npos, head_dim, theta bits)."""
     var old = enter_ieee_mode()
+    var log_theta = rope_log_theta(_f32(_arg(args, 4)))
     for p in range(_arg(args, 2)):
         for i in range(_arg(args, 3) // 2):
             rope_table_thread(ptr_f32(_arg(args, 0)), ptr_f32(_arg(args, 1)), _arg(args, 3),
-                              _f32(_arg(args, 4)), p, i)
+                              log_theta, p, i)
     leave_ieee_mode(old)
     return PythonObject(None)
 
@@ -85,6 +87,7 @@ def gpu_ref_nn_attention(args: PythonObject) raises -> PythonObject:
     var length = _arg(args, 7)
     var nh = _arg(args, 8)
     var nkeys = _arg(args, 11) + length
+    var scale = attention_scale(_arg(args, 10))
     var t = 0
     for b in range(batch):
         for h in range(nh):
@@ -93,7 +96,7 @@ def gpu_ref_nn_attention(args: PythonObject) raises -> PythonObject:
                                  ptr_f32(_arg(args, 3)), ptr_f32(_arg(args, 4)),
                                  ptr_f32(_arg(args, 5)).unsafe_offset(t * nkeys), length, nh,
                                  _arg(args, 9), _arg(args, 10), _arg(args, 11), _arg(args, 12),
-                                 _arg(args, 13) != 0, b, h, i)
+                                 _arg(args, 13) != 0, scale, b, h, i)
                 t += 1
     leave_ieee_mode(old)
     return PythonObject(None)

@@ -39,11 +39,12 @@ def add_kernel(x: F32Ptr, ldx: Int32, y: F32Ptr, ldy: Int32, dst: F32Ptr, ldo: I
         t += _stride()
 
 
-def rope_table_kernel(cos_t: F32Ptr, sin_t: F32Ptr, npos: Int32, head_dim: Int32, theta: Float32):
+def rope_table_kernel(cos_t: F32Ptr, sin_t: F32Ptr, npos: Int32, head_dim: Int32, log_theta: Float32):
+    """log_theta: threads.rope_log_theta(theta), computed by the launcher."""
     var half = Int(head_dim) // 2
     var t = _gid()
     while t < Int(npos) * half:
-        rope_table_thread(cos_t, sin_t, Int(head_dim), theta, t // half, t % half)
+        rope_table_thread(cos_t, sin_t, Int(head_dim), log_theta, t // half, t % half)
         t += _stride()
 
 
@@ -66,9 +67,10 @@ def rope_kernel(
 def attention_kernel(
     q: F32Ptr, ldq: Int32, kt: F32Ptr, v: F32Ptr, dst: F32Ptr, ws: F32Ptr, batch: Int32,
     length: Int32, n_heads: Int32, n_kv: Int32, head_dim: Int32, pos0: Int32, tmax: Int32,
-    fixed15: Int32,
+    fixed15: Int32, scale: Float32,
 ):
-    """One thread per (batch, head, query); ws holds one scratch row per thread."""
+    """One thread per (batch, head, query); ws holds one scratch row per thread; scale
+    is threads.attention_scale(head_dim), computed by the launcher."""
     var nkeys = Int(pos0) + Int(length)
     var total = Int(batch) * Int(n_heads) * Int(length)
     var t = _gid()
@@ -77,5 +79,5 @@ def attention_kernel(
         var bh = t // Int(length)
         attention_thread(q, Int(ldq), kt, v, dst, ws.unsafe_offset(t * nkeys), Int(length),
                          Int(n_heads), Int(n_kv), Int(head_dim), Int(pos0), Int(tmax),
-                         fixed15 != 0, bh // Int(n_heads), bh % Int(n_heads), i)
+                         fixed15 != 0, scale, bh // Int(n_heads), bh % Int(n_heads), i)
         t += _stride()

@@ -10,7 +10,7 @@ from std.memory import bitcast
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
-from arith.elementary import mul, sqrt_rn, sqrt_rn_pos, expf, powf, sin_cos
+from arith.elementary import mul, sqrt_rn, sqrt_rn_pos, expf, logf, pow_of_log, sin_cos
 from arith.quant import row_exponent_strided, quant_scale, codes, INT15_SHIFT, INT15_CMAX
 from arith.tree import leaf_size, leaf_count, chain_step, tree_add
 
@@ -47,11 +47,20 @@ def add_thread(x: F32Ptr, ldx: Int, y: F32Ptr, ldy: Int, dst: F32Ptr, ldo: Int, 
     dst.unsafe_store(r * ldo + j, ftz(ld(x, r * ldx + j) + ld(y, r * ldy + j))[0])
 
 
-def rope_table_thread(cos_t: F32Ptr, sin_t: F32Ptr, head_dim: Int, theta: Float32, p: Int, i: Int):
-    """M-7, M-8, M-9, M-14: table entry (position p, pair i)."""
+def rope_log_theta(theta: Float32) -> Float32:
+    """logf(theta) (M-8) of the RoPE base, read flushed: computed once by the host side
+    of a launch (and of the CPU run) and handed to every thread: inside the kernel the
+    AMD backend cannot build logf of a uniform value (illegal VGPR to SGPR copy in a
+    gfx942 shared library)."""
+    return logf(ftz(F1(theta)))[0]
+
+
+def rope_table_thread(cos_t: F32Ptr, sin_t: F32Ptr, head_dim: Int, log_theta: Float32, p: Int, i: Int):
+    """M-7, M-8, M-9, M-14: table entry (position p, pair i); log_theta is
+    rope_log_theta(theta), so inv_i = div(1, powf(theta, e_i)) exactly."""
     var half = head_dim // 2
     var e = ftz(F1(Float32(2 * i)) / F1(Float32(head_dim)))
-    var inv = ftz(F1(1) / powf(F1(theta), e))
+    var inv = ftz(F1(1) / pow_of_log(F1(log_theta), e))
     var sc = sin_cos(mul(F1(Float32(p)), inv))
     sin_t.unsafe_store(p * half + i, ftz(sc[0])[0])
     cos_t.unsafe_store(p * half + i, ftz(sc[1])[0])
@@ -89,13 +98,22 @@ def _code15(x: F32Ptr, i: Int, e: Int) -> Int64:
     return Int64(codes[1, INT15_CMAX](u.unsafe_load(i), quant_scale(e))[0])
 
 
+def attention_scale(head_dim: Int) -> Float32:
+    """M-6: div(1, sqrt(head_dim)), two roundings. Computed once by the host side of a
+    launch (and of the CPU run) and handed to every thread: inside the kernel the AMD
+    backend cannot build it as uniform code (illegal VGPR to SGPR copy in a
+    gfx942 shared library)."""
+    return ftz(F1(1) / sqrt_rn_pos(F1(Float32(head_dim))))[0]
+
+
 def attention_thread(
     q: F32Ptr, ldq: Int, kt: F32Ptr, v: F32Ptr, dst: F32Ptr, s: F32Ptr, length: Int,
     n_heads: Int, n_kv: Int, head_dim: Int, pos0: Int, tmax: Int, fixed15: Bool,
-    b: Int, h: Int, i: Int,
+    scale_in: Float32, b: Int, h: Int, i: Int,
 ):
     """M-6, M-11 .. M-15, M-21, M-23, M-24: query i of head h in batch b, every key
-    computed (s: this thread's scratch row of pos0 + length floats)."""
+    computed (s: this thread's scratch row of pos0 + length floats; scale_in:
+    attention_scale(head_dim))."""
     var hd = head_dim
     var nkeys = pos0 + length
     var p = pos0 + i
@@ -103,7 +121,7 @@ def attention_thread(
     var kb = kt.unsafe_offset((b * n_kv + g) * hd * tmax)
     var vb = v.unsafe_offset((b * n_kv + g) * tmax * hd)
     var qr = q.unsafe_offset((b * length + i) * ldq + h * hd)
-    var scale = ftz(F1(1) / sqrt_rn_pos(F1(Float32(hd))))
+    var scale = F1(scale_in)
     var qe = _exp15_strided(qr, hd, 1)
     for j in range(nkeys):
         var c = F1(0)

@@ -10,7 +10,8 @@ RMSNorm, RoPE, attention scale, mask, softmax, P.V, SiLU, residuals) is a Mojo k
 whose arithmetic is contracts/ops/IDENTICAL_NN_CONTRACT.md. The logits do not depend
 on thread count, batch composition, prefill versus decode or CPU ISA.
 
-The models hold their weights and states in numpy arrays, so they need numpy (and
+On the CPU the models hold their weights and states in numpy arrays (with
+``device="gpu"`` in device memory: docs/gpu.md), so they need numpy (and
 `tokenizers` / `gguf` for tokenizers and GGUF files): `pip install "mojolearn[models]"`.
 """
 try:
@@ -21,12 +22,14 @@ except ImportError as e:  # pragma: no cover - exercised by the fresh-venv insta
 
 from .block import TransformerBlock, WEIGHT_FORMATS
 from .causal_lm import CausalLM, GenerationState
+from ._gpu_backend import DeviceTensor
 from .config import ModelConfig, SUPPORTED
 from .tokenizer import Tokenizer
 from .parallel import ParallelCausalLM, ParallelGenerationState, LAYOUTS
 
 __all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
-           "SUPPORTED", "WEIGHT_FORMATS", "ParallelCausalLM", "ParallelGenerationState", "LAYOUTS"]
+           "SUPPORTED", "WEIGHT_FORMATS", "DeviceTensor", "ParallelCausalLM",
+           "ParallelGenerationState", "LAYOUTS"]
 
 
 def __dir__():

@@ -212,12 +212,16 @@ class TransformerBlock:
     A call naming no profile gets ``fp32_v1`` even when the process inference default
     is ``fixed15_v1`` (that default reaches the ``transformer`` family only).
     ``numeric_mode`` (default: the process mode) is the promise its products keep.
+    ``device``: None (the process device), "cpu", "gpu" or "gpu:0", as for CausalLM
+    (``block.device`` says where it runs; on the GPU forward still takes and returns
+    host arrays).
     """
 
     def __init__(self, weights, *, n_heads, n_kv_heads=None, head_dim=None, rms_norm_eps=1e-6,
                  rope_theta=10000.0, max_positions=2048, qkv_bias=False, weight_format="float32",
-                 numeric_profile=None, numeric_mode=None):
+                 numeric_profile=None, numeric_mode=None, device=None, _device_backend=None):
         from ._inputs import count, flag, positive_number
+        from ._gpu_backend import resolve
 
         f = "TransformerBlock"
         self.numeric_mode = _modes.resolve(numeric_mode)
@@ -227,6 +231,7 @@ class TransformerBlock:
             raise TypeError(f"mojolearn: TransformerBlock: weights must be a dict, got "
                             f"{type(weights).__name__}")
         check_weight_format(weight_format)
+        self.device, backend = resolve(device, f, _device_backend)
         n_heads = count(n_heads, f"{f}: n_heads")
         n_kv_heads = n_heads if n_kv_heads is None else count(n_kv_heads, f"{f}: n_kv_heads")
         if head_dim is not None:
@@ -282,6 +287,16 @@ class TransformerBlock:
             if tuple(get(name).shape) != shape:
                 raise ValueError(f"mojolearn: {f}: {name!r} has shape "
                                  f"{tuple(get(name).shape)}, expected {shape}")
+        self._gpu = None
+        if backend is not None:
+            from ._gpu import GpuBlock
+
+            self._gpu = GpuBlock(backend, get, d=d, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                                 head_dim=head_dim, intermediate=ff, eps=rms_norm_eps,
+                                 rope_theta=rope_theta, max_positions=self.max_positions,
+                                 profile=self.numeric_profile, weight_format=weight_format,
+                                 qkv_bias=qkv_bias)
+            return
         self._layer = Layer(get, "", n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                             eps=rms_norm_eps, profile=self.numeric_profile,
                             weight_format=weight_format, qkv_bias=qkv_bias,
@@ -310,6 +325,8 @@ class TransformerBlock:
             raise ValueError(f"mojolearn: TransformerBlock: length {L} is past max_positions "
                              f"{self.max_positions}")
         xs = np.array(x.reshape(B * L, self.d), dtype=np.float32, order="C")
+        if self._gpu is not None:
+            return (self._gpu.forward(xs, B, L) if B and L else xs).reshape(B, L, self.d)
         kt = np.zeros((B, self.n_kv_heads, self.head_dim, max(L, 1)), dtype=np.float32)
         vc = np.zeros((B, self.n_kv_heads, max(L, 1), self.head_dim), dtype=np.float32)
         if B and L:

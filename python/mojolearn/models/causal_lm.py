@@ -11,6 +11,7 @@ from .. import profiles as _profiles
 from . import _kernels as K
 from ._inputs import count, flag, token_ids
 from .block import Layer, Proj, check_max_positions, check_weight_format
+from ._gpu_backend import resolve as _resolve_device
 from .config import ModelConfig
 from .loader import LazyWeights, check_weights, read_model
 
@@ -27,7 +28,10 @@ class GenerationState:
     and raw values (layers, batch, kv_heads, tmax, head_dim), float32 (never codes),
     and the number of tokens cached. Made by ``CausalLM.allocate_state`` (or
     ``CausalLM.resume``); only the model writes it: a state whose fields were changed
-    from outside is refused by the next call, never read."""
+    from outside is refused by the next call, never read. ``device``: "cpu" (numpy
+    arrays) or "gpu" (the cache in a GPU model's memory, models/_gpu.py)."""
+
+    device = "cpu"
 
     def __init__(self, model_key, numeric_profile, batch, max_tokens, layers, kv_heads, head_dim):
         for nm, v in (("model_key", model_key), ("numeric_profile", numeric_profile)):
@@ -44,8 +48,11 @@ class GenerationState:
         self.batch_size = batch
         self.max_tokens = max_tokens
         self.length = 0
-        self.kt = np.zeros((layers, batch, kv_heads, head_dim, max_tokens), dtype=np.float32)
-        self.v = np.zeros((layers, batch, kv_heads, max_tokens, head_dim), dtype=np.float32)
+        self.kt, self.v = self._allocate(layers, batch, kv_heads, head_dim, max_tokens)
+
+    def _allocate(self, layers, batch, kv_heads, head_dim, max_tokens):
+        return (np.zeros((layers, batch, kv_heads, head_dim, max_tokens), dtype=np.float32),
+                np.zeros((layers, batch, kv_heads, max_tokens, head_dim), dtype=np.float32))
 
     def __repr__(self):
         return (f"GenerationState(batch_size={self.batch_size}, length={self.length}, "
@@ -61,7 +68,7 @@ class CausalLM:
     """A Llama-family causal language model computing under a numeric profile.
 
     ``CausalLM.load(path, weight_format="float32", numeric_profile=None, max_positions=None,
-    numeric_mode=None)``. ``numeric_profile`` is the number format of the products,
+    numeric_mode=None, device=None)``. ``numeric_profile`` is the number format of the products,
     ``numeric_mode`` the promise they keep (``identical`` by default through the process
     mode; ``deterministic`` / ``fast`` run mojolearn.modes' looser fixed orders); the
     object reports both. A state carries the loosest mode it was computed under and is
@@ -70,6 +77,15 @@ class CausalLM:
     ``allocate_state(batch_size, max_tokens)``, ``step(ids, state)``,
     ``generate(ids, max_new_tokens, greedy=True, seed=None)``,
     ``generate_text(text, max_new_tokens, tokenizer=...)``, ``save_state`` / ``resume``.
+
+    ``device``: None (the process device: mojolearn.set_device / MOJOLEARN_DEVICE, "auto"
+    meaning the GPU when this install's GPU build runs here), "cpu", "gpu" or "gpu:0";
+    ``lm.device`` says where it runs ("cpu" or "gpu"). On the GPU the weights are
+    uploaded once (in their stored format), the KV cache lives in device memory and
+    the logits are the CPU model's bits; ``forward(..., output="device")`` leaves them
+    there as a DLPack tensor. A GPU asked for and not available is refused by name,
+    never replaced by the CPU. States move between devices through save_state /
+    resume (the same file either way).
 
     Token ids (every entry that takes them, and the ids a tokenizer returns) are ints:
     Python ints and numpy integers in lists / tuples / 1-D rows, or an array of any
@@ -81,7 +97,7 @@ class CausalLM:
 
     def __init__(self, config: ModelConfig, weights: dict, *, weight_format="float32",
                  numeric_profile=None, max_positions=None, source="weights", _owned=False,
-                 numeric_mode=None):
+                 numeric_mode=None, device=None, _device_backend=None):
         self.numeric_mode = _modes.resolve(numeric_mode)
         self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
                                                  use="inference", family="transformer")
@@ -103,12 +119,24 @@ class CausalLM:
             if not isinstance(name, str):
                 raise TypeError(f"mojolearn: {source}: weight names must be str, got "
                                 f"{type(name).__name__} ({name!r})")
+        self.device, backend = _resolve_device(device, "CausalLM", _device_backend)
         check_weights(cfg, weights, source)
         if not isinstance(weights, LazyWeights):  # a LazyWeights yields float32 only
             for name, w in weights.items():
                 if np.asarray(w).dtype != np.float32:
                     raise TypeError(f"mojolearn: {source}: tensor {name!r} has dtype "
                                     f"{np.asarray(w).dtype}; weights are float32 after loading")
+        self._key = f"{cfg.fingerprint()}:{self.numeric_profile}:{self.weight_format}"
+        self._gpu = None
+        if backend is not None:
+            from . import _gpu
+
+            _gpu.check_fits(cfg, self, backend, source)  # before anything is uploaded
+            self._gpu = _gpu.GpuModel(self, backend, weights)
+            self.norm = self.head = self.embed = self._rope = None
+            self.layers = []
+            self.eps_bits = K.f32_bits(cfg.rms_norm_eps)
+            return
         # each tensor is read (a LazyWeights) or taken when its holder is made and let go
         # after, the table first: the load never holds the checkpoint as float32 at once
         pop = weights.pop
@@ -155,13 +183,14 @@ class CausalLM:
                 qkv_bias=cfg.qkv_bias))
         self.eps_bits = K.f32_bits(cfg.rms_norm_eps)
         self._rope = K.rope_table(self.max_positions, cfg.head_dim, K.f32_bits(cfg.rope_theta))
-        self._key = f"{cfg.fingerprint()}:{self.numeric_profile}:{self.weight_format}"
 
     # ------------------------------------------------------------------ loading
     @classmethod
     def load(cls, path, *, weight_format="float32", numeric_profile=None, max_positions=None,
-             numeric_mode=None):
-        """A Hugging Face directory (config.json + safetensors, F32/BF16/F16) or a .gguf file."""
+             numeric_mode=None, device=None, _device_backend=None):
+        """A Hugging Face directory (config.json + safetensors, F32/BF16/F16) or a .gguf
+        file; ``device`` as for the constructor (a GPU that is not available is refused
+        before the file is read)."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"mojolearn: CausalLM.load: path must be a str or os.PathLike, got "
                             f"{type(path).__name__}")
@@ -170,10 +199,11 @@ class CausalLM:
                           family="transformer")
         check_weight_format(weight_format)
         check_max_positions(max_positions, 1)
+        _resolve_device(device, "CausalLM.load", _device_backend)
         cfg, weights = read_model(path, lazy=True)
         return cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
                    max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True,
-                   numeric_mode=numeric_mode)
+                   numeric_mode=numeric_mode, device=device, _device_backend=_device_backend)
 
     def nbytes(self):
         """Bytes held by the weights (embedding, head, norms, blocks): sum of held()."""
@@ -183,7 +213,10 @@ class CausalLM:
         """Bytes held by format: "float32" (the embedding the gather reads, a float32
         head's panels, the norms), and the projections' (and an int15 head's) format:
         "bfloat16" or "int8" panels under fp32_v1, "int15" codes under fixed15_v1. A
-        tied fp32_v1 head and the embedding are one copy."""
+        tied fp32_v1 head and the embedding are one copy (a table stored low-bit is held
+        in its format). On the GPU: the bytes held in device memory by the same parts."""
+        if self._gpu is not None:
+            return self._gpu.held()
         out = {"float32": self.norm.nbytes}
         if isinstance(self.embed, np.ndarray):
             out["float32"] += self.embed.nbytes
@@ -205,6 +238,13 @@ class CausalLM:
         if not isinstance(state, GenerationState):
             raise TypeError(f"mojolearn: {func}: state must come from allocate_state or resume, "
                             f"got {type(state).__name__}")
+        if state.device != self.device:
+            where = "host memory (a CPU model's)" if state.device == "cpu" else "GPU memory"
+            raise ValueError(
+                f"mojolearn: {func}: state lives in {where}, but this model runs on "
+                f"{self.device!r}; a state is never copied between host and device on its own: "
+                f"save_state it with its model and resume it on this one (the same file on "
+                f"either device), or allocate_state on this model")
         if state.model_key != self._key:
             theirs = str(state.model_key).rsplit(":", 2)
             ours = self._key.rsplit(":", 2)
@@ -227,8 +267,13 @@ class CausalLM:
                     "v": (c.num_hidden_layers, n, c.num_key_value_heads, tmax, c.head_dim)}
             for nm, shape in want.items():
                 a = getattr(state, nm)
-                if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
-                        and a.flags.c_contiguous and a.flags.writeable):
+                if self._gpu is not None:
+                    if not self._gpu.state_array_ok(a, shape):
+                        broken = (f"state.{nm} is {a!r}, not this model's device buffer "
+                                  f"float32 {shape}")
+                        break
+                elif not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
+                          and a.flags.c_contiguous and a.flags.writeable):
                     got = (f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray)
                            else type(a).__name__)
                     broken = f"state.{nm} is {got}, not a writable C-contiguous float32 {shape}"
@@ -260,6 +305,8 @@ class CausalLM:
             raise ValueError(f"mojolearn: CausalLM.allocate_state: max_tokens {max_tokens} is past "
                              f"max_positions {self.max_positions}")
         c = self.config
+        if self._gpu is not None:
+            return self._gpu.new_state(self._key, batch_size, max_tokens)
         nbytes = 2 * 4 * c.num_hidden_layers * batch_size * c.num_key_value_heads * c.head_dim \
             * max_tokens
         try:
@@ -272,7 +319,7 @@ class CausalLM:
                               f"{batch_size} and max_tokens {max_tokens} needs {nbytes} bytes, "
                               f"which could not be allocated; use a smaller batch") from None
 
-    def _run(self, ids, state, last_only, func):
+    def _run(self, ids, state, last_only, func, output="host"):
         B, L = ids.shape
         if B == 0 or L == 0:
             raise ValueError(f"mojolearn: {func}: ids of shape {ids.shape} hold no token; pass "
@@ -286,6 +333,12 @@ class CausalLM:
             self._check_state(state, B, L, func)
         vocab = self.config.vocab_size
         pos0 = state.length
+        if self._gpu is not None:
+            logits = self._gpu.forward(ids, state, last_only)
+            self._advance(state, L)
+            if output == "buffer":  # generate: the tokens are chosen on the device
+                return logits
+            return self._gpu.result(logits, (B, 1 if last_only else L, vocab), output)
         d = self.config.hidden_size
         rows = np.empty((B * L, d), dtype=np.float32)
         if self.embed is None:
@@ -296,29 +349,53 @@ class CausalLM:
             x = K.gather_panels(self.embed, ids.reshape(-1), rows)
         for i, layer in enumerate(self.layers):
             layer.forward(x, B, L, pos0, state.kt[i], state.v[i], self._rope)
-        state.length = pos0 + L
-        if _modes.MODES.index(self.numeric_mode) > _modes.MODES.index(state.numeric_mode):
-            state.numeric_mode = self.numeric_mode  # its cache now holds looser bits
+        self._advance(state, L)
         if last_only:
             x = np.ascontiguousarray(x.reshape(B, L, d)[:, -1, :])
             L = 1
         h = K.rmsnorm(x, self.norm, self.eps_bits, np.empty_like(x))
         return self.head(h).reshape(B, L, vocab)
 
-    def forward(self, ids, state=None):
+    def _advance(self, state, L):
+        state.length += L
+        if _modes.MODES.index(self.numeric_mode) > _modes.MODES.index(state.numeric_mode):
+            state.numeric_mode = self.numeric_mode  # its cache now holds looser bits
+
+    def _output(self, output, func):
+        if output not in ("host", "device"):
+            raise ValueError(f"mojolearn: {func}: output={output!r}; use 'host' (a numpy array, "
+                             f"the default) or 'device' (a DLPack tensor left in GPU memory)")
+        if output == "device" and self._gpu is None:
+            raise ValueError(f"mojolearn: {func}: output='device' but this model runs on the "
+                             f"CPU: its logits are host memory; load it with device='gpu' for "
+                             f"logits left on the GPU")
+        return output
+
+    def forward(self, ids, state=None, *, output="host"):
         """Logits (batch, length, vocab) float32 of every position; with a state, the
         tokens continue the cached ones (their positions follow) and are cached.
-        ids: ints (a list, a list of rows, or an integer array; 1-D is one sequence)."""
+        ids: ints (a list, a list of rows, or an integer array; 1-D is one sequence).
+        output: "host" (a numpy array) or, on the GPU, "device": a DeviceTensor left in
+        device memory (a DLPack producer: torch.from_dlpack / cupy.from_dlpack, no copy)."""
+        output = self._output(output, "CausalLM.forward")
         return self._run(self._ids(ids, "CausalLM.forward: ids"), state, False,
-                         "CausalLM.forward")
+                         "CausalLM.forward", output)
 
     __call__ = forward
 
-    def step(self, ids, state):
-        """Append ids (batch, n) to the state; logits (batch, vocab) of the last one."""
+    def step(self, ids, state, *, output="host"):
+        """Append ids (batch, n) to the state; logits (batch, vocab) of the last one
+        (output as for forward)."""
+        output = self._output(output, "CausalLM.step")
         ids = self._ids(ids, "CausalLM.step: ids")
         if state is None:
             raise ValueError("mojolearn: CausalLM.step needs a state (allocate_state)")
+        if self._gpu is not None:
+            out = self._run(ids, state, True, "CausalLM.step", output)
+            if output == "device":
+                out.shape = (ids.shape[0], self.config.vocab_size)
+                return out
+            return out[:, -1, :]
         return self._run(ids, state, True, "CausalLM.step")[:, -1, :]
 
     def generate(self, ids, max_new_tokens, *, greedy=True, seed=None, eos_token_id=None):
@@ -354,17 +431,23 @@ class CausalLM:
         rng = None if greedy else np.random.default_rng(seed)
         state = self.allocate_state(B, total - 1)
         out = [ids]
-        logits = self.step(ids, state)
+        if self._gpu is not None:  # chosen on the device: only the tokens come back
+            def pick(x):
+                return self._gpu.choose(self._run(x, state, True, "CausalLM.generate", "buffer"),
+                                        rng)
+        else:
+            def pick(x):
+                return self._choose(self.step(x, state), rng)
+        nxt = pick(ids)
         done = np.zeros(B, dtype=bool)
         for t in range(max_new_tokens):
-            nxt = self._choose(logits, rng)
             if eos_token_id is not None:
                 nxt = np.where(done, np.int64(eos_token_id), nxt)
                 done |= nxt == eos_token_id
             out.append(nxt[:, None])
             if t + 1 == max_new_tokens or done.all():
                 break
-            logits = self.step(nxt[:, None], state)
+            nxt = pick(nxt[:, None])
         return np.concatenate(out, axis=1)
 
     @staticmethod
@@ -420,10 +503,11 @@ class CausalLM:
                             f"os.PathLike, got {type(path).__name__}")
         self._check_state(state, None, 0, "CausalLM.save_state")
         c = self.config
+        kt, v = self._gpu.state_to_host(state) if self._gpu is not None else (state.kt, state.v)
         meta = np.array([state.length, state.batch_size, state.max_tokens, c.num_hidden_layers,
                          c.num_key_value_heads, c.head_dim, c.hidden_size, c.vocab_size],
                         dtype=np.float32)
-        checkpoint._save(path, {"state.kt": state.kt, "state.v": state.v, "state.meta": meta},
+        checkpoint._save(path, {"state.kt": kt, "state.v": v, "state.meta": meta},
                          self.numeric_profile,
                          {STATE_KIND_KEY: STATE_KIND, STATE_MODEL_KEY: c.fingerprint(),
                           STATE_FORMAT_KEY: self.weight_format,
@@ -498,10 +582,14 @@ class CausalLM:
                 raise ValueError(f"mojolearn: {where}: tensor {nm!r} has shape "
                                  f"{arrays[nm].shape}, the state's meta needs {shape}; the "
                                  f"file was edited")
-        st = GenerationState(self._key, self.numeric_profile, batch, tmax, c.num_hidden_layers,
-                             c.num_key_value_heads, c.head_dim)
-        st.kt[...] = arrays["state.kt"]
-        st.v[...] = arrays["state.v"]
+        if self._gpu is not None:
+            st = self._gpu.state_from_host(self._key, batch, tmax, arrays["state.kt"],
+                                           arrays["state.v"])
+        else:
+            st = GenerationState(self._key, self.numeric_profile, batch, tmax, c.num_hidden_layers,
+                                 c.num_key_value_heads, c.head_dim)
+            st.kt[...] = arrays["state.kt"]
+            st.v[...] = arrays["state.v"]
         st.length = length
         st.numeric_mode = saved_mode
         return st

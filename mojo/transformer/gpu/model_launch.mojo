@@ -1,0 +1,255 @@
+"""Host side of the GPU model: device memory and the launches of every op of the
+forward on operands that live in the device's memory (no copies).
+
+WHAT IT IS
+    The GPU model driver (python/mojolearn/models/_gpu.py) keeps the weights, the
+    KV cache and the activations in device memory and sends a forward pass as one
+    PROGRAM: a list of ops, each the name of a gpu_ref_* entry of the CPU extension
+    without its prefix plus that entry's own argument tuple (addresses, sizes, flags).
+    `run_op` here launches the device kernels of one op with those arguments; the CPU
+    run (the gpu_ref_* entries) loops the same bodies over the same coordinates. So
+    the reference backend of the tests and this backend execute one program, op by
+    op, with the same arguments.
+
+OPS (arguments as the gpu_ref_* entry of the same name, see _native_api.py)
+    nn_gather, nn_rmsnorm, nn_rope_table, nn_rope, nn_kv_append, nn_attention,
+    nn_silu_mul, nn_add, nn_sample, nn_argmax       transformer/gpu kernels
+    gemm_f32                                        gemm.gpu.launch.gemm_f32_resident
+    gemm_int15                                      gemm.gpu.kernels.int15_gemm_kernel
+    quantize_int15, dequantize_int8                 convert.gpu kernels
+    The int8-stored weights of fp32_v1 are widened by the existing dequantize kernel
+    into a scratch float32 panel (rule L-6, exact: the materialized weights of M-26)
+    that the fp32.v1 kernels then read; bf16 weights are read as bits by the fp32.v1
+    kernels themselves (bf16f32.v1).
+
+ORDER
+    Every launch is enqueued on the one context's stream in program order (the GEMM
+    launcher synchronizes after its launches); the caller synchronizes once at the
+    end. Grids only decide which thread computes which element: no bit depends on
+    them.
+"""
+from std.memory import bitcast
+from max.gpu.host import DeviceContext, DeviceBuffer
+from common.gpu import B1, blocks_1d, cdiv, host_ptr
+from convert.gpu.arith import INT15_SHIFT
+from convert.gpu.kernels import row_exponent_kernel, quantize_int15_kernel, dequantize_int8_kernel
+from gemm.gpu.threads import BX, BY
+from gemm.gpu.kernels import int15_gemm_kernel
+from gemm.gpu.launch import gemm_f32_resident, MAX_GRID_Y
+from transformer.gpu.kernels import (
+    rmsnorm_kernel, silu_mul_kernel, add_kernel, rope_table_kernel, rope_kernel, attention_kernel,
+)
+from transformer.gpu.threads import attention_scale, rope_log_theta
+from transformer.gpu.model_kernels import gather_kernel, kv_append_kernel, sample_kernel, argmax_kernel
+
+comptime F = DType.float32
+comptime U32 = DType.uint32
+comptime I8 = DType.int8
+comptime I32 = DType.int32
+comptime I64 = DType.int64
+
+# op codes of a parsed program (model_entry.op_code gives them from the names)
+comptime OP_GATHER = 0
+comptime OP_RMSNORM = 1
+comptime OP_ROPE_TABLE = 2
+comptime OP_ROPE = 3
+comptime OP_KV_APPEND = 4
+comptime OP_ATTENTION = 5
+comptime OP_SILU_MUL = 6
+comptime OP_ADD = 7
+comptime OP_SAMPLE = 8
+comptime OP_ARGMAX = 9
+comptime OP_GEMM_F32 = 10
+comptime OP_GEMM_INT15 = 11
+comptime OP_QUANTIZE_INT15 = 12
+comptime OP_DEQUANTIZE_INT8 = 13
+
+
+def _f32(bits: Int) -> Float32:
+    return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](UInt32(bits)))[0]
+
+
+# ------------------------------------------------------------------ device memory
+def dev_alloc(ctx: DeviceContext, nbytes: Int) raises -> Int:
+    """A new device allocation of nbytes (> 0); its address. Freed by dev_free."""
+    var b = ctx.enqueue_create_buffer[DType.uint8](nbytes)
+    var p = b.take_ptr()
+    ctx.synchronize()
+    return Int(p)
+
+
+def dev_free(ctx: DeviceContext, addr: Int, nbytes: Int) raises:
+    var b = DeviceBuffer[DType.uint8](ctx, host_ptr[DType.uint8](addr), nbytes, owning=True)
+    _ = b^
+    ctx.synchronize()
+
+
+def dev_upload(ctx: DeviceContext, dst: Int, src: Int, nbytes: Int) raises:
+    """nbytes from host address src to device address dst."""
+    var b = DeviceBuffer[DType.uint8](ctx, host_ptr[DType.uint8](dst), nbytes, owning=False)
+    ctx.enqueue_copy(b, host_ptr[DType.uint8](src))
+    ctx.synchronize()
+
+
+def dev_download(ctx: DeviceContext, dst: Int, src: Int, nbytes: Int) raises:
+    """nbytes from device address src to host address dst."""
+    var b = DeviceBuffer[DType.uint8](ctx, host_ptr[DType.uint8](src), nbytes, owning=False)
+    ctx.enqueue_copy(host_ptr[DType.uint8](dst), b)
+    ctx.synchronize()
+
+
+def dev_zero(ctx: DeviceContext, addr: Int, nbytes: Int) raises:
+    var b = DeviceBuffer[DType.uint8](ctx, host_ptr[DType.uint8](addr), nbytes, owning=False)
+    ctx.enqueue_memset(b, UInt8(0))
+    ctx.synchronize()
+
+
+def dev_memory(ctx: DeviceContext) raises -> Tuple[Int, Int]:
+    """(free, total) bytes of the device's memory."""
+    var fm = ctx.get_memory_info()
+    return (Int(fm[0]), Int(fm[1]))
+
+
+# ------------------------------------------------------------------ one op
+def run_op(ctx: DeviceContext, op: Int, a: List[Int], at: Int) raises:
+    """Enqueue the launches of op `op`, its arguments a[at], a[at + 1], ... in the
+    order of the gpu_ref_* entry of the same name."""
+    if op == OP_GATHER:  # (table, ids, out, rows, d)
+        var rows = a[at + 3]
+        var d = a[at + 4]
+        if rows > 0 and d > 0:
+            ctx.enqueue_function[gather_kernel](
+                host_ptr[U32](a[at]), host_ptr[I64](a[at + 1]), host_ptr[U32](a[at + 2]),
+                Int32(rows), Int32(d), grid_dim=blocks_1d(rows * d), block_dim=B1,
+            )
+    elif op == OP_RMSNORM:  # (x, w, out, rows, d, eps_bits)
+        var rows = a[at + 3]
+        if rows > 0:
+            ctx.enqueue_function[rmsnorm_kernel](
+                host_ptr[F](a[at]), host_ptr[F](a[at + 1]), host_ptr[F](a[at + 2]),
+                Int32(rows), Int32(a[at + 4]), _f32(a[at + 5]),
+                grid_dim=blocks_1d(rows), block_dim=B1,
+            )
+    elif op == OP_ROPE_TABLE:  # (cos, sin, npos, head_dim, theta_bits)
+        var npos = a[at + 2]
+        var hd = a[at + 3]
+        if npos > 0 and hd > 1:
+            ctx.enqueue_function[rope_table_kernel](
+                host_ptr[F](a[at]), host_ptr[F](a[at + 1]), Int32(npos), Int32(hd),
+                rope_log_theta(_f32(a[at + 4])),
+                grid_dim=blocks_1d(npos * (hd // 2)), block_dim=B1,
+            )
+    elif op == OP_ROPE:
+        # (src, lds, dst, ldd, dhs, n_heads, head_dim, cos, sin, pos0, length, rows, transposed, tmax)
+        var nh = a[at + 5]
+        var hd = a[at + 6]
+        var rows = a[at + 11]
+        if rows > 0 and nh > 0 and hd > 0:
+            ctx.enqueue_function[rope_kernel](
+                host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), Int32(a[at + 3]),
+                Int32(a[at + 4]), Int32(hd), host_ptr[F](a[at + 7]), host_ptr[F](a[at + 8]),
+                Int32(a[at + 9]), Int32(a[at + 10]), Int32(a[at + 12]), Int32(nh), Int32(a[at + 13]),
+                Int32(rows), grid_dim=blocks_1d(rows * nh * hd), block_dim=B1,
+            )
+    elif op == OP_KV_APPEND:  # (src, lds, dst, n_heads, head_dim, pos0, length, rows, tmax)
+        var nh = a[at + 3]
+        var hd = a[at + 4]
+        var rows = a[at + 7]
+        if rows > 0 and nh > 0 and hd > 0:
+            ctx.enqueue_function[kv_append_kernel](
+                host_ptr[U32](a[at]), Int32(a[at + 1]), host_ptr[U32](a[at + 2]), Int32(nh),
+                Int32(hd), Int32(a[at + 5]), Int32(a[at + 6]), Int32(rows), Int32(a[at + 8]),
+                grid_dim=blocks_1d(rows * nh * hd), block_dim=B1,
+            )
+    elif op == OP_ATTENTION:
+        # (q, ldq, kt, v, out, ws, batch, length, n_heads, n_kv, head_dim, pos0, tmax, fixed15)
+        var total = a[at + 6] * a[at + 8] * a[at + 7]
+        if total > 0:
+            ctx.enqueue_function[attention_kernel](
+                host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), host_ptr[F](a[at + 3]),
+                host_ptr[F](a[at + 4]), host_ptr[F](a[at + 5]), Int32(a[at + 6]), Int32(a[at + 7]),
+                Int32(a[at + 8]), Int32(a[at + 9]), Int32(a[at + 10]), Int32(a[at + 11]),
+                Int32(a[at + 12]), Int32(a[at + 13]), attention_scale(a[at + 10]),
+                grid_dim=blocks_1d(total), block_dim=B1,
+            )
+    elif op == OP_SILU_MUL:  # (g, u, ld_in, out, ld_out, rows, n)
+        var total = a[at + 5] * a[at + 6]
+        if total > 0:
+            ctx.enqueue_function[silu_mul_kernel](
+                host_ptr[F](a[at]), host_ptr[F](a[at + 1]), Int32(a[at + 2]), host_ptr[F](a[at + 3]),
+                Int32(a[at + 4]), Int32(a[at + 5]), Int32(a[at + 6]),
+                grid_dim=blocks_1d(total), block_dim=B1,
+            )
+    elif op == OP_ADD:  # (x, ldx, y, ldy, out, ldo, rows, n)
+        var total = a[at + 6] * a[at + 7]
+        if total > 0:
+            ctx.enqueue_function[add_kernel](
+                host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), Int32(a[at + 3]),
+                host_ptr[F](a[at + 4]), Int32(a[at + 5]), Int32(a[at + 6]), Int32(a[at + 7]),
+                grid_dim=blocks_1d(total), block_dim=B1,
+            )
+    elif op == OP_SAMPLE:  # (x, rows, n, r, out)
+        var rows = a[at + 1]
+        if rows > 0:
+            ctx.enqueue_function[sample_kernel](
+                host_ptr[F](a[at]), Int32(rows), Int32(a[at + 2]), host_ptr[DType.float64](a[at + 3]),
+                host_ptr[I64](a[at + 4]), grid_dim=blocks_1d(rows), block_dim=B1,
+            )
+    elif op == OP_ARGMAX:  # (x, rows, n, out)
+        var rows = a[at + 1]
+        if rows > 0:
+            ctx.enqueue_function[argmax_kernel](
+                host_ptr[F](a[at]), Int32(rows), Int32(a[at + 2]), host_ptr[I64](a[at + 3]),
+                grid_dim=blocks_1d(rows), block_dim=B1,
+            )
+    elif op == OP_GEMM_F32:  # (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16)
+        # the GEMM launcher waits for the stream itself, so the ops before it are done
+        gemm_f32_resident(ctx, a[at], a[at + 1], a[at + 2], a[at + 3], a[at + 4], a[at + 5],
+                          a[at + 6] != 0, a[at + 7] != 0, a[at + 8] != 0, a[at + 9] != 0, False)
+    elif op == OP_GEMM_INT15:  # (a_hi, a_lo, a_exps, b_hi, b_lo, b_exps, c, m, n, k)
+        _gemm_int15(ctx, a[at], a[at + 1], a[at + 2], a[at + 3], a[at + 4], a[at + 5], a[at + 6],
+                    a[at + 7], a[at + 8], a[at + 9])
+    elif op == OP_QUANTIZE_INT15:  # (src, hi, lo, exps, m, k)
+        var m = a[at + 4]
+        var k = a[at + 5]
+        if m > 0:
+            ctx.enqueue_function[row_exponent_kernel](
+                host_ptr[U32](a[at]), host_ptr[I32](a[at + 3]), Int32(m), Int32(k), Int32(INT15_SHIFT),
+                grid_dim=blocks_1d(m), block_dim=B1,
+            )
+        if m > 0 and k > 0:
+            ctx.enqueue_function[quantize_int15_kernel](
+                host_ptr[U32](a[at]), host_ptr[I32](a[at + 3]), host_ptr[I8](a[at + 1]),
+                host_ptr[I8](a[at + 2]), Int32(m), Int32(k), grid_dim=blocks_1d(m * k), block_dim=B1,
+            )
+    elif op == OP_DEQUANTIZE_INT8:  # (codes, exps, dst, m, k)
+        var total = a[at + 3] * a[at + 4]
+        if total > 0:
+            ctx.enqueue_function[dequantize_int8_kernel](
+                host_ptr[I8](a[at]), host_ptr[I32](a[at + 1]), host_ptr[F](a[at + 2]),
+                Int32(a[at + 3]), Int32(a[at + 4]), grid_dim=blocks_1d(total), block_dim=B1,
+            )
+    else:
+        raise Error(String("mojolearn._native_gpu: nn_program_dev: unknown op code ", op))
+
+
+def _gemm_int15(
+    ctx: DeviceContext, ahi: Int, alo: Int, ea: Int, bhi: Int, blo: Int, eb: Int, c: Int,
+    m: Int, n: Int, k: Int,
+) raises:
+    """int15i64.v1 on device-resident operands: the int15 GEMM kernel of gemm/gpu with
+    the launch shape of gemm.gpu.launch.gemm_int15 (row chunks of MAX_GRID_Y * BY),
+    without its copies."""
+    if m == 0 or n == 0:
+        return
+    var rows = MAX_GRID_Y * BY
+    var i0 = 0
+    while i0 < m:
+        var mr = min(rows, m - i0)
+        ctx.enqueue_function[int15_gemm_kernel](
+            host_ptr[I8](ahi + i0 * k), host_ptr[I8](alo + i0 * k), host_ptr[I32](ea + 4 * i0),
+            host_ptr[I8](bhi), host_ptr[I8](blo), host_ptr[I32](eb),
+            host_ptr[F](c + 4 * i0 * n), Int32(mr), Int32(n), Int32(k),
+            grid_dim=(cdiv(n, BX), cdiv(mr, BY)), block_dim=(BX, BY),
+        )
+        i0 += mr
