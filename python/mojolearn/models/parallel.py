@@ -541,6 +541,9 @@ class _StateFile:
     save_state = CausalLM.save_state
     resume = CausalLM.resume
 
+    device = "cpu"  # the whole state is assembled in host memory
+    _gpu = None
+
     def __init__(self, lm):
         self.config = lm.config
         self.numeric_profile = lm.numeric_profile
@@ -564,6 +567,9 @@ class ParallelCausalLM:
     ``generate_text``, ``save_state`` / ``resume``; every rank passes the same
     arguments and gets the same result. ``bytes_sent`` counts what this rank sent.
     """
+
+    device = "cpu"  # the ranks compute on the CPU build in this version
+    _gpu = None
 
     def __init__(self, *a, **kw):
         raise TypeError("mojolearn: ParallelCausalLM is made by ParallelCausalLM.load(path, ...) "
