@@ -40,3 +40,24 @@ def export_hf(gguf_path, out_dir):
 
 if __name__ == "__main__":
     print(export_hf(sys.argv[1], sys.argv[2]))
+
+
+def export_stored(hf_dir, fmt, out_dir):
+    """The HF export stored low-bit (mojolearn.checkpoint of lowbit.pack(weights, fmt):
+    every matrix, the table included, as bf16 bits or int8 codes), beside it; made once."""
+    import shutil
+
+    from mojolearn import checkpoint, lowbit
+    from mojolearn.models.loader import read_safetensors
+
+    done = os.path.join(out_dir, "model.safetensors")
+    stamp = os.path.join(out_dir, "EXPORT_VERSION")
+    if os.path.isfile(done) and os.path.isfile(stamp) and open(stamp).read().strip() == EXPORT_VERSION:
+        return out_dir
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copy(os.path.join(hf_dir, "config.json"), os.path.join(out_dir, "config.json"))
+    checkpoint.save(done, lowbit.pack(read_safetensors(os.path.join(hf_dir, "model.safetensors")),
+                                      fmt))
+    with open(stamp, "w") as f:
+        f.write(EXPORT_VERSION + "\n")
+    return out_dir

@@ -39,23 +39,35 @@ print(json.dumps({"peak_kib": hwm() - base, "load_peak_kib": load, "held_bytes":
 
 
 def memory_rows(model_dir, f32_bytes):
+    """Held and peak bytes per (profile, weight_format) from the float32 checkpoint, and
+    from the same model stored low-bit (``stored``: the checkpoint itself bf16 / int8,
+    table and head included, which the model then holds in those bytes)."""
+    from hf_export import export_stored
+
     rows = []
-    for prof, fmt in (("fp32_v1", "float32"), ("fp32_v1", "bfloat16"), ("fp32_v1", "int8"),
-                      ("fixed15_v1", "float32"), ("fixed15_v1", "bfloat16"), ("fixed15_v1", "int8")):
-        r = subprocess.run([sys.executable, "-c", _MEM_CHILD, model_dir, prof, fmt,
+    combos = [(prof, fmt, "float32") for prof in ("fp32_v1", "fixed15_v1")
+              for fmt in ("float32", "bfloat16", "int8")]
+    combos += [("fp32_v1", "int8", "int8"), ("fp32_v1", "bfloat16", "bfloat16"),
+               ("fixed15_v1", "int8", "int8")]
+    for prof, fmt, stored in combos:
+        path = model_dir
+        if stored != "float32":
+            path = export_stored(model_dir, stored, model_dir.rstrip("/") + f"-{stored}")
+        r = subprocess.run([sys.executable, "-c", _MEM_CHILD, path, prof, fmt,
                             os.path.join(ROOT, "python")], capture_output=True, text=True)
         if r.returncode:
-            print(f"    memory {prof}/{fmt}: failed: {r.stderr[-300:]}")
+            print(f"    memory {prof}/{fmt} (stored {stored}): failed: {r.stderr[-300:]}")
             continue
         m = json.loads(r.stdout.strip().splitlines()[-1])
         ratio = m["peak_kib"] * 1024 / f32_bytes
         held = m["held_bytes"] / f32_bytes
-        rows.append({"profile": prof, "weight_format": fmt, "peak_rss_delta_bytes": m["peak_kib"] * 1024,
+        rows.append({"profile": prof, "weight_format": fmt, "stored": stored,
+                     "peak_rss_delta_bytes": m["peak_kib"] * 1024,
                      "load_peak_rss_delta_bytes": m["load_peak_kib"] * 1024,
                      "held_bytes": m["held_bytes"], "held_by_format": m["held"],
                      "over_f32_weight_bytes": round(ratio, 3), "held_over_f32_weight_bytes": round(held, 3),
                      "load_peak_over_held": round(m["load_peak_kib"] * 1024 / m["held_bytes"], 3)})
-        print(f"    memory {prof:10s} {fmt:8s}: held {m['held_bytes'] / 2**20:6.1f} MiB ({held:.3f}x the "
+        print(f"    memory {prof:10s} {fmt:8s} stored {stored:8s}: held {m['held_bytes'] / 2**20:6.1f} MiB ({held:.3f}x the "
               f"float32 weight bytes), peak {m['peak_kib'] / 1024:6.1f} MiB ({ratio:.2f}x; load "
               f"{m['load_peak_kib'] * 1024 / m['held_bytes']:.2f}x held)")
     return rows

@@ -68,6 +68,10 @@ CPU_ROWS = [
       ("causallm;smollm2-135m;decode;32", "lowbit:bfloat16")]),
     ("SmolLM2 prefill on 2 ranks over 1 process (ParallelCausalLM pipeline / tensor)",
      ["parallel;smollm2-135m;prefill;512;pipeline", "parallel;smollm2-135m;prefill;512;tensor"]),
+    ("SmolLM2 stored int8 / bf16 (checkpoint), held over float32 bytes: fp32_v1 int8 / bf16, fixed15_v1 int8",
+     [("causallm;smollm2-135m;prefill;512", "held:fp32_v1:int8:int8"),
+      ("causallm;smollm2-135m;prefill;512", "held:fp32_v1:bfloat16:bfloat16"),
+      ("causallm;smollm2-135m;prefill;512", "held:fixed15_v1:int8:int8")]),
     ("SmolLM2 held after load over float32 bytes: fp32_v1 int8 / bf16, fixed15_v1",
      [("causallm;smollm2-135m;prefill;512", "held:fp32_v1:int8"),
       ("causallm;smollm2-135m;prefill;512", "held:fp32_v1:bfloat16"),
@@ -126,9 +130,11 @@ def _ratio(cases: dict, name) -> str:
     elif key.startswith("lowbit:"):
         v = (c.get("lowbit_over_float32") or {}).get(key.split(":", 1)[1])
     elif key.startswith("held:"):
-        _, prof, fmt = key.split(":")
+        _, prof, fmt, *st = key.split(":")
+        stored = st[0] if st else "float32"
         for m in c.get("memory") or []:
-            if m.get("profile") == prof and m.get("weight_format") == fmt:
+            if m.get("profile") == prof and m.get("weight_format") == fmt \
+                    and m.get("stored", "float32") == stored:
                 v = m.get("held_over_f32_weight_bytes")
     if v is None:
         return DASH
