@@ -8,7 +8,7 @@ rounded twice).
 from __future__ import annotations
 
 from ._array import Array, empty
-from ._native_loader import cpu_native, native
+from ._native_loader import cpu_native, native, require_cpu
 from ._threads import tasks
 from ._validate import buf, contiguous
 
@@ -110,11 +110,7 @@ def row_absmax(x) -> Array:
 
 
 def _cpu_only(func):
-    if native() is not cpu_native():
-        raise ValueError(
-            f"mojolearn: {func}: absmax= and row_absmax (the k-split's quantization) run on "
-            "the CPU build in this version and this process computes on the GPU; call "
-            "mojolearn.set_device('cpu') (the bits are the same)")
+    require_cpu(func, "absmax= and row_absmax (the k-split's quantization)")
 
 
 def _exps_for(exponents, func, m):

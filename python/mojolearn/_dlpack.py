@@ -328,21 +328,28 @@ def export(arr, *, stream=None, max_version=None, dl_device=None, copy=None):
         )
     if copy is True:
         arr = arr.copy()
-    code, bits = _CODE[arr.dtype]
-    ndim = len(arr.shape)
+    return capsule(arr, ctypes.addressof(arr), arr.shape, arr.dtype, (KDLCPU, 0), max_version)
+
+
+def capsule(owner, addr: int, shape, dtype: str, device, max_version=None):
+    """A DLPack capsule over ``addr`` (C-contiguous ``shape`` of ``dtype`` on ``device``,
+    a (DLPack device type, id) pair), keeping ``owner`` alive until the consumer's
+    deleter runs: versioned (DLPack 1.0) when max_version allows, legacy otherwise."""
+    code, bits = _CODE[dtype]
+    ndim = len(shape)
     ex = _Export()
-    ex.arr = arr
-    ex.shape = (ctypes.c_int64 * max(ndim, 1))(*arr.shape)
+    ex.arr = owner
+    ex.shape = (ctypes.c_int64 * max(ndim, 1))(*shape)
     st, s = [], 1
-    for d in reversed(arr.shape):
+    for d in reversed(shape):
         st.append(s)
         s *= d
     ex.strides = (ctypes.c_int64 * max(ndim, 1))(*reversed(st))
     versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
     mt = _ManagedVersioned() if versioned else _Managed()
     t = mt.dl_tensor
-    t.data = ctypes.addressof(arr)
-    t.device.device_type, t.device.device_id = KDLCPU, 0
+    t.data = addr
+    t.device.device_type, t.device.device_id = device
     t.ndim = ndim
     t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
     t.shape = ctypes.cast(ex.shape, ctypes.POINTER(ctypes.c_int64))

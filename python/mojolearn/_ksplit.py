@@ -33,7 +33,7 @@ import ctypes
 
 from ._array import Array, empty
 from ._buffers import Buf, read
-from ._native_loader import cpu_native, native
+from ._native_loader import cpu_native, require_cpu
 from ._threads import gemm_tasks, tasks
 from ._validate import buf, contiguous, out_buf
 from . import _gemm
@@ -180,11 +180,7 @@ def _check_bounds(func, k, k_start, k_stop, leaf):
 
 
 def _cpu_only(func):
-    if native() is not cpu_native():
-        raise ValueError(
-            f"mojolearn: {func}: the parts of a k-split are computed by the CPU build in "
-            "this version and this process computes on the GPU; call "
-            "mojolearn.set_device('cpu') (the bits are the same)")
+    require_cpu(func, "the parts of a k-split")
 
 
 def _sub(b: Buf, axis: int, lo: int, hi: int, func: str, arg: str) -> Buf:

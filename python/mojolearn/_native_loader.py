@@ -32,6 +32,16 @@ def blocking() -> dict:
     return {k: int(v) for k, v in (item.split("=") for item in raw.split(";"))}
 
 
+def require_cpu(func: str, what: str):
+    """Refuse, by name, a call of an entry only the CPU build has while this process
+    computes on the GPU (never a silent move to the CPU)."""
+    if native() is not cpu_native():
+        raise ValueError(
+            f"mojolearn: {func}: {what} run on the CPU build in this version and this "
+            "process computes on the GPU; call mojolearn.set_device('cpu') (the bits are "
+            "the same)")
+
+
 def cpu_native():
     global _mod
     if _mod is None:

@@ -292,33 +292,6 @@ class DeviceTensor:
                               "the tensor is exported in place")
         # the work that wrote the buffer was waited for before the model returned: the
         # consumer's stream needs no ordering
-        code, bits = _dlpack._CODE["float32"]
-        ndim = len(self.shape)
-        ex = _dlpack._Export()
-        ex.arr = self  # keeps the buffer alive until the consumer's deleter runs
-        ex.shape = (ctypes.c_int64 * max(ndim, 1))(*self.shape)
-        st, s = [], 1
-        for d in reversed(self.shape):
-            st.append(s)
-            s *= d
-        ex.strides = (ctypes.c_int64 * max(ndim, 1))(*reversed(st))
-        versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
-        mt = _dlpack._ManagedVersioned() if versioned else _dlpack._Managed()
-        t = mt.dl_tensor
-        t.data = self._buf.addr
-        t.device.device_type, t.device.device_id = self.device
-        t.ndim = ndim
-        t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
-        t.shape = ctypes.cast(ex.shape, ctypes.POINTER(ctypes.c_int64))
-        t.strides = ctypes.cast(ex.strides, ctypes.POINTER(ctypes.c_int64))
-        t.byte_offset = 0
-        mt.manager_ctx = None
-        mt.deleter = _dlpack._DELETER_ADDR
-        if versioned:
-            mt.version.major, mt.version.minor = 1, 0
-            mt.flags = 0
-        ex.mt = mt
-        ptr = ctypes.addressof(mt)
-        _dlpack._LIVE[ptr] = ex
-        return _dlpack._CapsuleNew(ptr, _dlpack._NAME_V if versioned else _dlpack._NAME,
-                                   _dlpack._DESTRUCTOR_ADDR)
+        # self is the owner: it keeps the buffer alive until the consumer's deleter runs
+        return _dlpack.capsule(self, self._buf.addr, self.shape, "float32", tuple(self.device),
+                               max_version)

@@ -176,9 +176,17 @@ class Layer:
             out[p.format] = out.get(p.format, 0) + p.nbytes()
         return out
 
+    def _attention(self, q, kt, vc, B, L, pos0, tmax):
+        """Rules M-11 .. M-15 over the cache: the context (B*L, nh * hd)."""
+        nq = self.nh * self.hd
+        return K.attention(q, nq, kt, vc, np.empty((B * L, nq), dtype=np.float32), B, L,
+                           self.nh, self.kvh, self.hd, pos0, tmax, self.fixed15)
+
     def forward(self, x, B, L, pos0, kt, vc, rope):
         """x (B*L, d) float32, updated in place (the residual stream). kt/vc: this
-        layer's key (B, kvh, hd, tmax) and value (B, kvh, tmax, hd) caches."""
+        layer's key (B, kvh, hd, tmax) and value (B, kvh, tmax, hd) caches. A subclass
+        may hold o / down as other callables of the same shapes (the tensor-parallel
+        layer: k-split parts folded across ranks) and its own _attention."""
         rows = B * L
         nq, nk, hd = self.nh * self.hd, self.kvh * self.hd, self.hd
         tmax = kt.shape[-1]
@@ -193,8 +201,7 @@ class Layer:
         K.rope(qkv, nq, ld, kt, 0, 0, self.kvh, hd, cos, sin, pos0, L, rows,
                transposed=True, tmax=tmax)
         vc[:, :, pos0:pos0 + L, :] = qkv[:, nq + nk:].reshape(B, L, self.kvh, hd).transpose(0, 2, 1, 3)
-        ctx = K.attention(q, nq, kt, vc, np.empty((rows, nq), dtype=np.float32), B, L, self.nh,
-                          self.kvh, hd, pos0, tmax, self.fixed15)
+        ctx = self._attention(q, kt, vc, B, L, pos0, tmax)
         K.add(x, self.o(ctx), x)
         h2 = K.rmsnorm(x, self.ln2, self.eps_bits, h)
         gu = self.gu(h2)

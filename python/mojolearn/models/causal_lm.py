@@ -319,7 +319,9 @@ class CausalLM:
                               f"{batch_size} and max_tokens {max_tokens} needs {nbytes} bytes, "
                               f"which could not be allocated; use a smaller batch") from None
 
-    def _run(self, ids, state, last_only, func, output="host"):
+    def _state_for(self, ids, state, func):
+        """The state a call of ids (batch, length) runs on: the one given (checked), or a
+        new one of exactly that length; refuses ids that hold no token."""
         B, L = ids.shape
         if B == 0 or L == 0:
             raise ValueError(f"mojolearn: {func}: ids of shape {ids.shape} hold no token; pass "
@@ -328,9 +330,13 @@ class CausalLM:
             if L > self.max_positions:
                 raise ValueError(f"mojolearn: {func}: {L} tokens are past max_positions "
                                  f"{self.max_positions}")
-            state = self.allocate_state(B, L)
-        else:
-            self._check_state(state, B, L, func)
+            return self.allocate_state(B, L)
+        self._check_state(state, B, L, func)
+        return state
+
+    def _run(self, ids, state, last_only, func, output="host"):
+        B, L = ids.shape
+        state = self._state_for(ids, state, func)
         vocab = self.config.vocab_size
         pos0 = state.length
         if self._gpu is not None:

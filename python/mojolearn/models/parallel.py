@@ -403,9 +403,11 @@ class _KSplitProj:
         return np.asarray(_ksplit.fold_parts(parts))
 
 
-class _TensorLayer:
+class _TensorLayer(Layer):
     """One block's part on a tensor rank: its heads (and the key/value heads they read),
-    its MLP columns; o_proj and down_proj folded across the stage (see module doc)."""
+    its MLP columns; o_proj and down_proj folded across the stage (see module doc).
+    Layer.forward's steps, with these weights, _KSplitProj for o / down and the
+    attention of this rank's heads."""
 
     def __init__(self, weights, prefix, cfg, plan, t, profile, weight_format, mode, comm):
         p = prefix
@@ -445,13 +447,6 @@ class _TensorLayer:
                                 cfg.intermediate_size, profile, weight_format, mode, comm,
                                 plan.ff)
 
-    def held(self) -> dict:
-        out = {"float32": self.ln1.nbytes + self.ln2.nbytes
-               + (self.bias.nbytes if self.bias is not None else 0)}
-        for p in (self.qkv, self.o, self.gu, self.down):
-            out[p.format] = out.get(p.format, 0) + p.nbytes()
-        return out
-
     def _attention(self, q, kt, vc, B, L, pos0, tmax):
         """Rule M-11 .. M-15 for this rank's heads: head h reads key/value head h // group;
         one kernel call when the heads are whole groups, else one per run of heads
@@ -459,7 +454,7 @@ class _TensorLayer:
         hd, nq = self.hd, self.nh * self.hd
         rows = B * L
         ctx = np.empty((rows, nq), dtype=np.float32)
-        if self.h0 % self.group == 0 and self.nh % self.group == 0:
+        if self.h0 % self.group == 0 and self.nh % self.group == 0:  # whole groups
             return K.attention(q, nq, kt, vc, ctx, B, L, self.nh, self.kvh, hd, pos0, tmax,
                                self.fixed15)
         runs = []
@@ -482,33 +477,6 @@ class _TensorLayer:
                     K._a(tmp), 1, L, run, 1, hd, pos0, tmax, int(self.fixed15), _tasks()))
                 ctx[b * L:(b + 1) * L, i0 * hd:i1 * hd] = tmp
         return ctx
-
-    def forward(self, x, B, L, pos0, kt, vc, rope):
-        """Layer.forward's steps on this rank's share; x (B*L, d) updated in place, the
-        same on every rank of the stage."""
-        rows = B * L
-        hd = self.hd
-        nq, nk = self.nh * hd, self.kvh * hd
-        tmax = kt.shape[-1]
-        cos, sin = rope
-        h = K.rmsnorm(x, self.ln1, self.eps_bits, np.empty_like(x))
-        qkv = self.qkv(h)
-        if self.bias is not None:
-            K.add(qkv, self.bias, qkv)
-        ld = qkv.shape[1]
-        q = np.empty((rows, nq), dtype=np.float32)
-        K.rope(qkv, 0, ld, q, nq, hd, self.nh, hd, cos, sin, pos0, L, rows)
-        K.rope(qkv, nq, ld, kt, 0, 0, self.kvh, hd, cos, sin, pos0, L, rows,
-               transposed=True, tmax=tmax)
-        vc[:, :, pos0:pos0 + L, :] = qkv[:, nq + nk:].reshape(B, L, self.kvh, hd).transpose(0, 2, 1, 3)
-        ctx = self._attention(q, kt, vc, B, L, pos0, tmax)
-        K.add(x, self.o(ctx), x)
-        h2 = K.rmsnorm(x, self.ln2, self.eps_bits, h)
-        gu = self.gu(h2)
-        pm = K.silu_mul(gu, self.ff, np.empty((rows, self.ff), dtype=np.float32))
-        K.add(x, self.down(pm), x)
-        return x
-
 
 # ----------------------------------------------------------------------------- states
 class ParallelGenerationState:
@@ -739,17 +707,11 @@ class ParallelCausalLM:
                              f"{state.length + L}, past the state's max_tokens {state.max_tokens}")
 
     # --------------------------------------------------------------- compute
+    _state_for = CausalLM._state_for  # this model's allocate_state / _check_state
+
     def _run(self, ids, state, last_only, func):
         B, L = ids.shape
-        if B == 0 or L == 0:
-            raise ValueError(f"mojolearn: {func}: ids of shape {ids.shape} hold no token")
-        if state is None:
-            if L > self.max_positions:
-                raise ValueError(f"mojolearn: {func}: {L} tokens are past max_positions "
-                                 f"{self.max_positions}")
-            state = self.allocate_state(B, L)
-        else:
-            self._check_state(state, B, L, func)
+        state = self._state_for(ids, state, func)
         c, comm, plan = self.config, self.comm, self.plan
         d, vocab, T = c.hidden_size, c.vocab_size, plan.T
         pos0 = state.length
