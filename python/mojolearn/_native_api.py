@@ -93,6 +93,9 @@ ENTRIES = (
     # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
     Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                "b_bf16"), "cpu"),
+    Entry("gpu_ref_gemm_f32_route", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
+                                     "b_bf16", "kernel", "run_leaves", "grid", "route"), "cpu",
+          "ints", "(kernel, route, run_leaves, nruns, grid) as run; -1 / 0 arguments: the plan's"),
     Entry("gpu_ref_gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "cpu"),
     Entry("gpu_ref_gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
                                  "k"), "cpu"),
@@ -141,7 +144,8 @@ def render_stub(kind: str) -> str:
         types = [LIST_ARGS.get(a, "int") for a in e.args]
         items = ", ".join(f"{a}: {t}" for a, t in zip(e.args, types))
         tup = f"tuple[{', '.join(types)}]" if e.args else "tuple[()]"
-        ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]"}[e.returns]
+        ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]",
+               "ints": "tuple[int, ...]"}[e.returns]
         note = f"  # ({items})" if items else ""
         lines.append(f"def {e.name}(args: {tup}, /) -> {ret}: ...{note}")
     return "\n".join(lines) + "\n"

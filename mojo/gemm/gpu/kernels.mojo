@@ -4,12 +4,13 @@ body the CPU run (gemm/gpu/cpu_run.mojo) calls, so its bits are those of the CPU
 contract. No TF32, no fast-math, no hardware flush: compile_all_gpu.mojo checks the
 generated code for that.
 
-fp32.v1 / bf16f32.v1 (split-K over the leaves, two launches):
-    f32_leaves_kernel   thread (i, j, leaf) -> parts[leaf][i][j]   (rules 1-3)
-                        grid (ceil(n/BX), ceil(m/BY), nleaves), block (BX, BY)
-    f32_leaves_tiled_kernel  the same, a TM x TN tile of outputs a thread
-                        (used when use_tiled(m, n); same bits)
-    f32_tree_kernel     thread (i, j) folds parts[.][i][j] -> c[i][j] (rule 4)
+fp32.v1 / bf16f32.v1:
+    exponent_min_kernel, route_kernel   the per-call route (rule 6.7; route.mojo)
+    f32_tiled_kernel    shared-memory, register-tiled, persistent blocks: each work
+                        item an output tile and a run of leaves, the tree folded as
+                        leaves finish (f32_tiled.mojo; four shapes, threads.mojo)
+    f32_tree_kernel     thread (i, j) folds roots[.][i][j] -> c[i][j] (rule 6.4)
+                        when k is split across blocks (rule 6.8), or writes +0 (k = 0)
 int8i32.v1 / int15i64.v1 (one launch):
     int8_gemm_kernel, int15_gemm_kernel   thread (i, j) -> c[i][j] = a @ b.T
     row_exponent_kernel                         one thread per row (shift 6 / 13)
@@ -20,17 +21,20 @@ Block and tile sizes live in gemm/gpu/threads.mojo; every launch is laid out by
 gemm/gpu/launch.mojo. Sizes arrive as Int32 / Int64 (kernel arguments must be
 device-passable); index arithmetic is done in Int (64-bit).
 """
-from max.gpu import block_idx, thread_idx
+from max.gpu import block_idx, thread_idx, grid_dim, barrier
+from std.memory import stack_allocation, AddressSpace
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
 from common.gpu import gid_x, gid_y, stride_x
-from gemm.gpu.threads import (
-    tile_origin,
-    leaves_tile_thread,
-    leaves_thread,
-    tree_thread,
-    int8_thread,
-    int15_thread,
+from gemm.gpu.threads import tree_thread, int8_thread, int15_thread
+from gemm.gpu.f32_tiled import (
+    F32Call,
+    smem_floats,
+    f32_items,
+    f32_item,
+    f32_prologue_phase,
+    f32_main_phase,
 )
+from gemm.gpu.route import ROUTE_THREADS, exponent_min_phase1, exponent_min_phase2, route_thread
 
 
 # ------------------------------------------------------------------ sabotage
@@ -41,43 +45,60 @@ def flip_low_bit_kernel(c: U32Ptr):
 
 
 # ------------------------------------------------------------------ fp32.v1
-def f32_leaves_kernel[adt: DType, bdt: DType](
-    a: Pointer[Scalar[adt], MutAnyOrigin],
-    b: Pointer[Scalar[bdt], MutAnyOrigin],
-    parts: F32Ptr,
-    m: Int32, n: Int32, k: Int32,
-    a_rs: Int64, a_ks: Int64, b_cs: Int64, b_ks: Int64,
-    leaf: Int32,
-):
-    """Thread (j = x, i = y, leaf = block z): parts[leaf][i][j]."""
-    var j = gid_x()
-    var i = gid_y()
-    if i >= Int(m) or j >= Int(n):
-        return
-    leaves_thread[adt, bdt](
-        a, b, parts, Int(m), Int(n), Int(k), Int(a_rs), Int(a_ks), Int(b_cs), Int(b_ks),
-        Int(leaf), i, j, Int(block_idx.z),
-    )
+def exponent_min_kernel[dt: DType](x: Pointer[Scalar[dt], MutAnyOrigin], count: Int64, partial: I32Ptr):
+    """Rule 6.7's pre-pass over one operand: partial[block] = the least biased
+    exponent of the block's grid-stride share (route.mojo). Block ROUTE_THREADS."""
+    var smem = stack_allocation[
+        ROUTE_THREADS, DType.int32, alignment=16, address_space=AddressSpace.SHARED
+    ]().unsafe_origin_cast[MutAnyOrigin]()
+    var blk = Int(block_idx.x)
+    var tid = Int(thread_idx.x)
+    exponent_min_phase1[dt](x, Int(count), smem, blk, Int(grid_dim.x), tid)
+    barrier()
+    exponent_min_phase2(smem, partial, blk, tid)
 
 
-def f32_leaves_tiled_kernel[adt: DType, bdt: DType](
+def route_kernel(pa: I32Ptr, ga: Int32, pb: I32Ptr, gb: Int32, route: I32Ptr):
+    """One thread: route[0] = 1 for the flush-free chains (rule 6.7), else 0."""
+    if gid_x() == 0:
+        route_thread(pa, Int(ga), pb, Int(gb), route)
+
+
+def f32_tiled_kernel[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int, TN: Int](
     a: Pointer[Scalar[adt], MutAnyOrigin],
     b: Pointer[Scalar[bdt], MutAnyOrigin],
-    parts: F32Ptr,
+    dst: F32Ptr, slab: F32Ptr, route: I32Ptr,
     m: Int32, n: Int32, k: Int32,
     a_rs: Int64, a_ks: Int64, b_cs: Int64, b_ks: Int64,
-    leaf: Int32,
+    leaf: Int32, nleaves: Int32, run_leaves: Int32, nruns: Int32, nsl: Int32,
 ):
-    """As f32_leaves_kernel, each thread a TM x TN tile of outputs (register
-    tiling: a step's TM + TN loads serve TM * TN chains; no shared memory).
-    Grid (ceil(n / (BX*TN)), ceil(m / (BY*TM)), nleaves), block (BX, BY)."""
-    var o = tile_origin(Int(block_idx.x), Int(block_idx.y), Int(thread_idx.x), Int(thread_idx.y))
-    if o[0] >= Int(m) or o[1] >= Int(n):
-        return
-    leaves_tile_thread[adt, bdt](
-        a, b, parts, Int(m), Int(n), Int(k), Int(a_rs), Int(a_ks), Int(b_cs), Int(b_ks),
-        Int(leaf), o[0], o[1], Int(block_idx.z),
-    )
+    """fp32.v1 rules 6.1-6.4, 6.7, 6.8 (f32_tiled.mojo): 1-D grid of persistent
+    blocks of (BM / TM) * (BN / TN) threads, each block looping over the work items
+    (output tile, run of leaves) block_idx.x, + grid_dim.x, ...; `dst` is C
+    (nruns = 1) or roots[nruns][m][n]; `slab` holds nsl tree levels per block."""
+    comptime NT = (BM // TM) * (BN // TN)
+    comptime N = TM * TN
+    var smem = stack_allocation[
+        smem_floats(BM, BN, BK), DType.float32, alignment=16, address_space=AddressSpace.SHARED
+    ]().unsafe_origin_cast[MutAnyOrigin]()
+    var call = F32Call(Int(m), Int(n), Int(k), Int(a_rs), Int(a_ks), Int(b_cs), Int(b_ks),
+                       Int(leaf), Int(nleaves), Int(run_leaves), Int(nruns), Int(nsl))
+    var tid = Int(thread_idx.x)
+    var fast = route.unsafe_load(0) != 0
+    var blk = Int(block_idx.x)
+    var slab_blk = slab.unsafe_offset(blk * Int(nsl) * N * NT)
+    var items = f32_items(BM, BN, call)
+    for item in range(blk, items, Int(grid_dim.x)):
+        var it = f32_item(BM, BN, BK, call, item)
+        var acc = SIMD[DType.float32, N](0)
+        var slot0 = SIMD[DType.float32, N](0)
+        f32_prologue_phase[adt, bdt, BM, BN, BK, NT](a, b, smem, call, it, tid)
+        barrier()
+        for t in range(it.ntk):
+            f32_main_phase[adt, bdt, BM, BN, BK, TM, TN, NT](
+                a, b, smem, call, it, t, tid, fast, acc, slot0, slab_blk, dst
+            )
+            barrier()
 
 
 def f32_tree_kernel(parts: F32Ptr, c: F32Ptr, m: Int32, n: Int32, nleaves: Int32):

@@ -5,35 +5,94 @@ argument), copies the inputs to the device, runs the launches of kernels.mojo
 and copies the result back before returning (synchronous). The launch
 structure is the one cpu_run.mojo mirrors on the CPU:
 
-    fp32.v1     leaves launch into parts[leaf][i][j] (the register-tiled kernel
-                when use_tiled(rows, n)), then the tree launch into C; rows are
-                taken in chunks so parts stays under PARTS_BYTES
+    fp32.v1     the route pre-pass (exponent_min_kernel on A and on B, then
+                route_kernel: rule 6.7), the tiled kernel in the shape f32_kernel_for
+                picks (persistent blocks, BLOCKS_PER_SM a multiprocessor), writing C,
+                or roots[run][i][j] when the plan splits k across blocks (rule 6.8),
+                then the tree kernel over the roots
     int8/int15  one launch, one thread per output (row chunks of at most
                 MAX_GRID_Y * BY rows)
 
 Used by mojo/_native_gpu.mojo. Nothing here changes a bit of any result: chunk
 and grid sizes only decide which thread computes which output.
 """
-from max.gpu.host import DeviceContext
+from max.gpu.host import DeviceContext, DeviceAttribute
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
 from common.gpu import cdiv, host_ptr
-from arith.tree import leaf_size
-from gemm.gpu.arith import a_strides, b_strides, leaves_of
-from gemm.gpu.threads import BX, BY, TM, TN, use_tiled
+from gemm.gpu.arith import a_strides, b_strides
+from gemm.gpu.threads import (
+    BX,
+    BY,
+    F32_BIG,
+    F32_SMALL,
+    F32_THIN1,
+    BIG_BM,
+    BIG_BN,
+    BIG_BK,
+    BIG_TM,
+    BIG_TN,
+    SMALL_BM,
+    SMALL_BN,
+    SMALL_BK,
+    SMALL_TM,
+    SMALL_TN,
+    THIN_BN,
+    THIN_BK,
+    BLOCKS_PER_SM,
+    F32Plan,
+    f32_plan,
+    f32_kernel_for,
+)
+from gemm.gpu.route import ROUTE_THREADS, ROUTE_MAX_BLOCKS, route_blocks
 from gemm.gpu.kernels import (
-    f32_leaves_tiled_kernel,
-    f32_leaves_kernel,
+    exponent_min_kernel,
+    route_kernel,
+    f32_tiled_kernel,
     f32_tree_kernel,
     int8_gemm_kernel,
     int15_gemm_kernel,
     flip_low_bit_kernel,
 )
 
-comptime PARTS_BYTES = 1 << 30
 comptime MAX_GRID_Y = 65535
 
 
 # ------------------------------------------------------------------ fp32.v1 / bf16f32.v1
+def _tiled_launch[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int, TN: Int](
+    ctx: DeviceContext, pa: Pointer[Scalar[adt], MutAnyOrigin], pb: Pointer[Scalar[bdt], MutAnyOrigin],
+    dst: F32Ptr, route: I32Ptr, plan: F32Plan, m: Int, n: Int, k: Int,
+    sa: Tuple[Int, Int], sb: Tuple[Int, Int],
+) raises:
+    comptime NT = (BM // TM) * (BN // TN)
+    var slab = ctx.enqueue_create_buffer[DType.float32](max(1, plan.grid * plan.nsl * TM * TN * NT))
+    ctx.enqueue_function[f32_tiled_kernel[adt, bdt, BM, BN, BK, TM, TN]](
+        pa, pb, dst, slab.unsafe_ptr(), route,
+        Int32(m), Int32(n), Int32(k), Int64(sa[0]), Int64(sa[1]), Int64(sb[0]), Int64(sb[1]),
+        Int32(plan.leaf), Int32(plan.nleaves), Int32(plan.run_leaves), Int32(plan.nruns), Int32(plan.nsl),
+        grid_dim=plan.grid, block_dim=NT,
+    )
+    _ = len(slab)  # alive until the launch that uses it is enqueued
+
+
+def _tree_launch(ctx: DeviceContext, parts: F32Ptr, c: F32Ptr, m: Int, n: Int, nparts: Int) raises:
+    """f32_tree_kernel: c[i][j] = the tree over parts[.][i][j] (nparts = 0: +0)."""
+    if nparts == 0:
+        var i0 = 0
+        while i0 < m:
+            var mr = min(MAX_GRID_Y * BY, m - i0)
+            var pc = c.unsafe_offset(i0 * n)
+            ctx.enqueue_function[f32_tree_kernel](
+                pc, pc, Int32(mr), Int32(n), Int32(0),
+                grid_dim=(cdiv(n, BX), cdiv(mr, BY)), block_dim=(BX, BY),
+            )
+            i0 += mr
+        return
+    ctx.enqueue_function[f32_tree_kernel](
+        parts, c, Int32(m), Int32(n), Int32(nparts),
+        grid_dim=(cdiv(n, BX), cdiv(m, BY)), block_dim=(BX, BY),
+    )
+
+
 def _f32_launches[adt: DType, bdt: DType](
     ctx: DeviceContext,
     pa0: Pointer[Scalar[adt], MutAnyOrigin],
@@ -42,38 +101,45 @@ def _f32_launches[adt: DType, bdt: DType](
     m: Int, n: Int, k: Int, trans_a: Bool, trans_b: Bool,
 ) raises:
     """The launches of fp32.v1 on operands already in device memory (enqueued on
-    ctx's stream; the caller synchronizes)."""
-    var leaf = leaf_size(k)
-    var nleaves = leaves_of(k)
+    ctx's stream; the caller synchronizes): the route pre-pass (rule 6.7), the tiled
+    kernel (into C, or into roots when k is split across blocks, rule 6.8), the tree
+    kernel over the roots. k = 0 writes +0 (rule 8)."""
+    if m == 0 or n == 0:
+        return
+    var nsm = ctx.get_attribute(DeviceAttribute.MULTIPROCESSOR_COUNT)
+    var small = String(ctx.api()) == "metal"
+    var kernel = f32_kernel_for(m, small)
+    var plan = f32_plan(m, n, k, kernel, BLOCKS_PER_SM * max(1, nsm))
+    if plan.nruns == 0:
+        _tree_launch(ctx, pc0, pc0, m, n, 0)
+        return
     var sa = a_strides(m, k, trans_a)
     var sb = b_strides(n, k, trans_b)
-    var rows = max(1, min(m, PARTS_BYTES // max(1, nleaves * n * 4), MAX_GRID_Y * BY))
-    var dp = ctx.enqueue_create_buffer[DType.float32](max(1, nleaves * rows * n))
-    var i0 = 0
-    while i0 < m:
-        var mr = min(rows, m - i0)
-        var pa = pa0.unsafe_offset(i0 * sa[0])
-        var pc = pc0.unsafe_offset(i0 * n)
-        if nleaves > 0 and use_tiled(mr, n):
-            ctx.enqueue_function[f32_leaves_tiled_kernel[adt, bdt]](
-                pa, pb, dp.unsafe_ptr(),
-                Int32(mr), Int32(n), Int32(k),
-                Int64(sa[0]), Int64(sa[1]), Int64(sb[0]), Int64(sb[1]), Int32(leaf),
-                grid_dim=(cdiv(n, BX * TN), cdiv(mr, BY * TM), nleaves), block_dim=(BX, BY),
-            )
-        elif nleaves > 0:
-            ctx.enqueue_function[f32_leaves_kernel[adt, bdt]](
-                pa, pb, dp.unsafe_ptr(),
-                Int32(mr), Int32(n), Int32(k),
-                Int64(sa[0]), Int64(sa[1]), Int64(sb[0]), Int64(sb[1]), Int32(leaf),
-                grid_dim=(cdiv(n, BX), cdiv(mr, BY), nleaves), block_dim=(BX, BY),
-            )
-        ctx.enqueue_function[f32_tree_kernel](
-            dp.unsafe_ptr(), pc, Int32(mr), Int32(n), Int32(nleaves),
-            grid_dim=(cdiv(n, BX), cdiv(mr, BY)), block_dim=(BX, BY),
-        )
-        i0 += mr
-    _ = len(dp)  # alive until every launch that reads it is enqueued
+    # rule 6.7: the route, decided on the device from both operands
+    var ga = route_blocks(m * k)
+    var gb = route_blocks(k * n)
+    var dr = ctx.enqueue_create_buffer[DType.int32](2 * ROUTE_MAX_BLOCKS + 1)
+    var ppa = dr.unsafe_ptr().as_unsafe_any_origin()
+    var ppb = ppa.unsafe_offset(ROUTE_MAX_BLOCKS)
+    var route = ppa.unsafe_offset(2 * ROUTE_MAX_BLOCKS)
+    ctx.enqueue_function[exponent_min_kernel[adt]](pa0, Int64(m * k), ppa, grid_dim=ga, block_dim=ROUTE_THREADS)
+    ctx.enqueue_function[exponent_min_kernel[bdt]](pb, Int64(k * n), ppb, grid_dim=gb, block_dim=ROUTE_THREADS)
+    ctx.enqueue_function[route_kernel](ppa, Int32(ga), ppb, Int32(gb), route, grid_dim=1, block_dim=1)
+    var nroots = plan.nruns * m * n if plan.nruns > 1 else 1
+    var droots = ctx.enqueue_create_buffer[DType.float32](nroots)
+    var dst = pc0 if plan.nruns == 1 else droots.unsafe_ptr().as_unsafe_any_origin()
+    if kernel == F32_BIG:
+        _tiled_launch[adt, bdt, BIG_BM, BIG_BN, BIG_BK, BIG_TM, BIG_TN](ctx, pa0, pb, dst, route, plan, m, n, k, sa, sb)
+    elif kernel == F32_SMALL:
+        _tiled_launch[adt, bdt, SMALL_BM, SMALL_BN, SMALL_BK, SMALL_TM, SMALL_TN](ctx, pa0, pb, dst, route, plan, m, n, k, sa, sb)
+    elif kernel == F32_THIN1:
+        _tiled_launch[adt, bdt, 1, THIN_BN, THIN_BK, 1, 1](ctx, pa0, pb, dst, route, plan, m, n, k, sa, sb)
+    else:
+        _tiled_launch[adt, bdt, 16, THIN_BN, THIN_BK, 16, 1](ctx, pa0, pb, dst, route, plan, m, n, k, sa, sb)
+    if plan.nruns > 1:
+        _tree_launch(ctx, droots.unsafe_ptr().as_unsafe_any_origin(), pc0, m, n, plan.nruns)
+    _ = len(dr)  # alive until every launch that reads them is enqueued
+    _ = len(droots)
 
 
 def _gemm_f32[adt: DType, bdt: DType](
