@@ -25,8 +25,9 @@ from gemm.gpu.kernels import (
     route_kernel,
     f32_tiled_kernel,
     f32_tree_kernel,
-    int8_gemm_kernel,
-    int15_gemm_kernel,
+    int_simt_kernel,
+    int_mma_kernel,
+    int_mfma_kernel,
 )
 from gemm.gpu.threads import BIG_BM, BIG_BN, BIG_BK, BIG_TM, BIG_TN, THIN_BN, THIN_BK
 from gemm.gpu.threads import SMALL_BM, SMALL_BN, SMALL_BK, SMALL_TM, SMALL_TN
@@ -132,8 +133,14 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _tiled[BF, F32, tgt]("bf16,f32", kind, t)
     _tiled[BF, BF, tgt]("bf16,bf16", kind, t)
     _one[f32_tree_kernel, tgt]("f32_tree", kind, t)
-    _one[int8_gemm_kernel, tgt]("int8_gemm", kind, t)
-    _one[int15_gemm_kernel, tgt]("int15_gemm", kind, t)
+    # integer profiles: planes 1 (int8) and 2 (int15); the tensor-core kernels compile
+    # to their matrix instructions for their own vendor and to an empty body elsewhere
+    _one[int_simt_kernel[1], tgt]("int8_simt", kind, t)
+    _one[int_simt_kernel[2], tgt]("int15_simt", kind, t)
+    _one[int_mma_kernel[1], tgt]("int8_mma", kind, t)
+    _one[int_mma_kernel[2], tgt]("int15_mma", kind, t)
+    _one[int_mfma_kernel[1], tgt]("int8_mfma", kind, t)
+    _one[int_mfma_kernel[2], tgt]("int15_mfma", kind, t)
     _one[to_bf16_kernel, tgt]("to_bf16", kind, t)
     _one[from_bf16_kernel, tgt]("from_bf16", kind, t)
     _one[row_exponent_kernel, tgt]("row_exponent", kind, t)

@@ -39,6 +39,7 @@ def gpu_ref_gemm_f32(args: tuple[int, int, int, int, int, int, int, int, int, in
 def gpu_ref_gemm_f32_route(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> tuple[int, ...]: ...  # (a: int, b: int, c: int, m: int, n: int, k: int, trans_a: int, trans_b: int, a_bf16: int, b_bf16: int, kernel: int, run_leaves: int, grid: int, route: int)
 def gpu_ref_gemm_int8(args: tuple[int, int, int, int, int, int, int, int], /) -> None: ...  # (a_codes: int, a_exps: int, b_codes: int, b_exps: int, c: int, m: int, n: int, k: int)
 def gpu_ref_gemm_int15(args: tuple[int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (a_hi: int, a_lo: int, a_exps: int, b_hi: int, b_lo: int, b_exps: int, c: int, m: int, n: int, k: int)
+def gpu_ref_gemm_int(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (a_hi: int, a_lo: int, a_exps: int, b_hi: int, b_lo: int, b_exps: int, c: int, m: int, n: int, k: int, planes: int, backend: int)
 def gpu_ref_to_bf16(args: tuple[int, int, int], /) -> None: ...  # (src_f32: int, dst_u16: int, n: int)
 def gpu_ref_from_bf16(args: tuple[int, int, int], /) -> None: ...  # (src_u16: int, dst_f32: int, n: int)
 def gpu_ref_quantize_int8(args: tuple[int, int, int, int, int], /) -> None: ...  # (src_f32: int, codes_i8: int, exps_i32: int, m: int, k: int)

@@ -35,7 +35,7 @@ from arith.fp import _ftz, daz_bits, f32_of_bits
 from arith.fp import pow2f as _pow2f
 from arith.bf16 import widen
 from arith.tree import chain_step, tree_add, trailing_ones
-from arith.quant import join15, scale_pow2
+from arith.quant import scale_pow2
 
 # Levels of the binary-counter stack: nleaves <= 1024 by rule 6.2 needs 11; 16 is spare.
 comptime TREE_LEVELS = 16
@@ -156,31 +156,6 @@ def tree_fold(parts: F32Ptr, stride: Int, nleaves: Int) -> Float32:
 
 
 # ------------------------------------------------------------------ integer GEMMs
-@always_inline
-def dot_int8(a: I8Ptr, b: I8Ptr, k: Int) -> Int32:
-    """Exact sum of code products over k (exact in int32 for |code| <= 127 and
-    k <= 131072, the L-7 domain; the CPU kernels accumulate in int32 too)."""
-    var s = Int32(0)
-    for kk in range(k):
-        s += Int32(a.unsafe_load(kk)) * Int32(b.unsafe_load(kk))
-    return s
-
-
-@always_inline
-def code15(hi: I8Ptr, lo: I8Ptr, idx: Int) -> Int32:
-    """The 15-bit code hi * 128 + lo (W-2)."""
-    return join15[1](hi.unsafe_load(idx), lo.unsafe_load(idx))[0]
-
-
-@always_inline
-def dot_int15(ahi: I8Ptr, alo: I8Ptr, bhi: I8Ptr, blo: I8Ptr, k: Int) -> Int64:
-    """Exact int64 sum of (hi*128 + lo) products over k (each product fits int32)."""
-    var s = Int64(0)
-    for kk in range(k):
-        s += Int64(code15(ahi, alo, kk) * code15(bhi, blo, kk))
-    return s
-
-
 @always_inline
 def int_epilogue[dt: DType](s: Scalar[dt], ea: Int32, eb: Int32) -> Float32:
     """ftz(f32(S) * pow2f(ea + eb)) (L-5, W-3): f32(S) one round to nearest even."""

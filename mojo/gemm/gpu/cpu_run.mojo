@@ -22,7 +22,7 @@ ENTRIES (one tuple of ints each; Python has validated every argument)
 from std.python import Python, PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory.alloc import unsafe_alloc
-from common.ptr import F32Ptr, I32Ptr, ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32
+from common.ptr import F32Ptr, I8Ptr, I32Ptr, I64Ptr, ptr_f32, ptr_u16, ptr_u32, ptr_i8, ptr_i32
 from common.fpstate import enter_ieee_mode, leave_ieee_mode
 from gemm.gpu.arith import a_strides, b_strides
 from gemm.gpu.threads import (
@@ -45,9 +45,26 @@ from gemm.gpu.threads import (
     f32_plan,
     f32_kernel_for,
     tree_thread,
-    int8_thread,
-    int15_thread,
 )
+from gemm.gpu.int_tiled import (
+    INT_BM,
+    INT_BN,
+    INT_BK,
+    SIMT_THREADS,
+    IntCall,
+    int_smem_bytes,
+    int_sums,
+    int_tiles,
+    int_fetch,
+    int_stash,
+    int_prologue_phase,
+    simt_main_phase,
+    simt_store,
+)
+from gemm.gpu.int_mma import MMA_THREADS, MMA_TILES, mma_emulated, mma_store
+from gemm.gpu.int_mma import a_frag as mma_a_frag, b_frag as mma_b_frag, acc_at as mma_acc_at
+from gemm.gpu.int_mfma import MFMA_THREADS, MFMA_TILES, mfma_emulated, mfma_store
+from gemm.gpu.int_mfma import a_frag as mfma_a_frag, b_frag as mfma_b_frag, acc_at as mfma_acc_at
 from gemm.gpu.f32_tiled import F32Call, smem_floats, f32_items, f32_item, f32_prologue_phase, f32_main_phase
 from gemm.gpu.route import (
     ROUTE_THREADS,
@@ -239,38 +256,201 @@ def gpu_ref_gemm_f32_route(args: PythonObject) raises -> PythonObject:
                         PythonObject(plan.nruns), PythonObject(plan.grid))
 
 
+# ------------------------------------------------------------------ integer GEMMs
+comptime INT_SIMT = 0
+comptime INT_MMA = 1
+comptime INT_MFMA = 2
+
+
+def _int_simt_run[planes: Int](call: IntCall, ea: I32Ptr, eb: I32Ptr, c: F32Ptr):
+    """int_simt_kernel's grid: per block, every thread's prologue, then each main
+    phase of every thread (order reversed on every other phase), then the stores."""
+    comptime NT = SIMT_THREADS
+    comptime NS = 16 * int_sums(planes)
+    var smem = unsafe_alloc[Int8](int_smem_bytes(planes), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var accs = unsafe_alloc[Int32](NT * NS, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    for by in range((call.m + INT_BM - 1) // INT_BM):
+        for bx in range((call.n + INT_BN - 1) // INT_BN):
+            var i0 = by * INT_BM
+            var j0 = bx * INT_BN
+            for i in range(NT * NS):
+                accs.unsafe_store(i, Int32(0))
+            for tid in range(NT):
+                int_prologue_phase[planes, NT](smem, call, i0, j0, tid)
+            for t in range(int_tiles(call.k)):
+                for q in range(NT):
+                    var tid = NT - 1 - q if (bx + by + t) % 2 == 1 else q
+                    var acc = accs.unsafe_load[width=NS](tid * NS)
+                    simt_main_phase[planes](smem, call, i0, j0, t, tid, acc)
+                    accs.unsafe_store(tid * NS, acc)
+            for tid in range(NT):
+                simt_store[planes](call, ea, eb, c, i0, j0, tid, accs.unsafe_load[width=NS](tid * NS))
+    smem.unsafe_free()
+    accs.unsafe_free()
+
+
+def _warp_mma(
+    smem: I8Ptr, planes: Int, buf: Int, warp: Int, mt: Int, nt: Int, pa: Int, pb: Int, s: Int,
+    accs: I32Ptr, NS: Int, fa: I32Ptr, fb: I32Ptr, fc: I32Ptr, fd: I32Ptr,
+):
+    """One mma of a warp, emulated: every lane's fragments gathered by the kernel's
+    own a_frag / b_frag, its accumulators of sum s, tile (mt, nt) updated."""
+    var tile = mt * 4 + nt
+    for lane in range(32):
+        var tid = warp * 32 + lane
+        fa.unsafe_store(lane * 4, mma_a_frag(smem, planes, buf, pa, warp, mt, lane))
+        fb.unsafe_store(lane * 2, mma_b_frag(smem, planes, buf, pb, warp, nt, lane))
+        for q in range(4):
+            fc.unsafe_store(lane * 4 + q, accs.unsafe_load(tid * NS + mma_acc_at(planes, s, tile) + q))
+    mma_emulated(fa, fb, fc, fd)
+    for lane in range(32):
+        var tid = warp * 32 + lane
+        for q in range(4):
+            accs.unsafe_store(tid * NS + mma_acc_at(planes, s, tile) + q, fd.unsafe_load(lane * 4 + q))
+
+
+def _wave_mfma(
+    smem: I8Ptr, planes: Int, buf: Int, wave: Int, mt: Int, nt: Int, pa: Int, pb: Int, s: Int,
+    accs: I32Ptr, NS: Int, fa: I64Ptr, fb: I64Ptr, fc: I32Ptr, fd: I32Ptr,
+):
+    """One MFMA of a wave, emulated (as _warp_mma, 64 lanes)."""
+    var tile = mt * 2 + nt
+    for lane in range(64):
+        var tid = wave * 64 + lane
+        fa.unsafe_store(lane, mfma_a_frag(smem, planes, buf, pa, wave, mt, lane))
+        fb.unsafe_store(lane, mfma_b_frag(smem, planes, buf, pb, wave, nt, lane))
+        for q in range(4):
+            fc.unsafe_store(lane * 4 + q, accs.unsafe_load(tid * NS + mfma_acc_at(s, tile) + q))
+    mfma_emulated(fa, fb, fc, fd)
+    for lane in range(64):
+        var tid = wave * 64 + lane
+        for q in range(4):
+            accs.unsafe_store(tid * NS + mfma_acc_at(s, tile) + q, fd.unsafe_load(lane * 4 + q))
+
+
+def _int_matrix_run[planes: Int, NT: Int, mfma: Bool](call: IntCall, ea: I32Ptr, eb: I32Ptr, c: F32Ptr):
+    """int_mma_kernel (mfma False) or int_mfma_kernel's grid: per block the prologue of
+    every thread; per k-tile every thread's fetch of the next tile, every warp's (wave's)
+    matrix products over this one in the kernel's order (S or HH; X as Ah.Bl then
+    Al.Bh; LL), every thread's stash; then the stores. (On the device one phase
+    holds the three; they touch disjoint data, so the order is free.)"""
+    comptime CH = INT_BM * INT_BK // NT
+    comptime NS = (4 * MFMA_TILES if mfma else 4 * MMA_TILES) * int_sums(planes)
+    comptime LANES = 64 if mfma else 32
+    var smem = unsafe_alloc[Int8](int_smem_bytes(planes), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var accs = unsafe_alloc[Int32](NT * NS, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var pre = unsafe_alloc[Int8](NT * 4 * CH, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var fa = unsafe_alloc[Int32](32 * 4, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var fb = unsafe_alloc[Int32](32 * 2, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var ga = unsafe_alloc[Int64](64, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var gb = unsafe_alloc[Int64](64, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var fc = unsafe_alloc[Int32](64 * 4, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var fd = unsafe_alloc[Int32](64 * 4, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    for by in range((call.m + INT_BM - 1) // INT_BM):
+        for bx in range((call.n + INT_BN - 1) // INT_BN):
+            var i0 = by * INT_BM
+            var j0 = bx * INT_BN
+            for i in range(NT * NS):
+                accs.unsafe_store(i, Int32(0))
+            for tid in range(NT):
+                int_prologue_phase[planes, NT](smem, call, i0, j0, tid)
+            var nt_tiles = int_tiles(call.k)
+            for t in range(nt_tiles):
+                var nxt = t + 1 < nt_tiles
+                if nxt:
+                    for tid in range(NT):
+                        pre.unsafe_store(tid * 4 * CH, int_fetch[planes, NT](call, i0, j0, t + 1, tid))
+                for w in range(NT // LANES):
+                    comptime if mfma:
+                        for mt in range(2):
+                            for ntl in range(2):
+                                _wave_mfma(smem, planes, t % 2, w, mt, ntl, 0, 0, 0, accs, NS, ga, gb, fc, fd)
+                                comptime if planes == 2:
+                                    _wave_mfma(smem, planes, t % 2, w, mt, ntl, 0, 1, 1, accs, NS, ga, gb, fc, fd)
+                                    _wave_mfma(smem, planes, t % 2, w, mt, ntl, 1, 0, 1, accs, NS, ga, gb, fc, fd)
+                                    _wave_mfma(smem, planes, t % 2, w, mt, ntl, 1, 1, 2, accs, NS, ga, gb, fc, fd)
+                    else:
+                        for mt in range(2):
+                            for ntl in range(4):
+                                _warp_mma(smem, planes, t % 2, w, mt, ntl, 0, 0, 0, accs, NS, fa, fb, fc, fd)
+                                comptime if planes == 2:
+                                    _warp_mma(smem, planes, t % 2, w, mt, ntl, 0, 1, 1, accs, NS, fa, fb, fc, fd)
+                                    _warp_mma(smem, planes, t % 2, w, mt, ntl, 1, 0, 1, accs, NS, fa, fb, fc, fd)
+                                    _warp_mma(smem, planes, t % 2, w, mt, ntl, 1, 1, 2, accs, NS, fa, fb, fc, fd)
+                if nxt:
+                    for tid in range(NT):
+                        int_stash[planes, NT](smem, (t + 1) % 2, tid, pre.unsafe_load[width=4 * CH](tid * 4 * CH))
+            for tid in range(NT):
+                var acc = accs.unsafe_load[width=NS](tid * NS)
+                comptime if mfma:
+                    mfma_store[planes](call, ea, eb, c, i0, j0, tid, rebind[SIMD[DType.int32, 4 * MFMA_TILES * int_sums(planes)]](acc))
+                else:
+                    mma_store[planes](call, ea, eb, c, i0, j0, tid, rebind[SIMD[DType.int32, 4 * MMA_TILES * int_sums(planes)]](acc))
+    smem.unsafe_free()
+    accs.unsafe_free()
+    pre.unsafe_free()
+    fa.unsafe_free()
+    fb.unsafe_free()
+    ga.unsafe_free()
+    gb.unsafe_free()
+    fc.unsafe_free()
+    fd.unsafe_free()
+
+
+def _int_run(call: IntCall, ea: I32Ptr, eb: I32Ptr, c: F32Ptr, planes: Int, backend: Int):
+    if backend == INT_MMA:
+        if planes == 1:
+            _int_matrix_run[1, MMA_THREADS, False](call, ea, eb, c)
+        else:
+            _int_matrix_run[2, MMA_THREADS, False](call, ea, eb, c)
+    elif backend == INT_MFMA:
+        if planes == 1:
+            _int_matrix_run[1, MFMA_THREADS, True](call, ea, eb, c)
+        else:
+            _int_matrix_run[2, MFMA_THREADS, True](call, ea, eb, c)
+    elif planes == 1:
+        _int_simt_run[1](call, ea, eb, c)
+    else:
+        _int_simt_run[2](call, ea, eb, c)
+
+
 def gpu_ref_gemm_int8(args: PythonObject) raises -> PythonObject:
-    var a = ptr_i8(_arg(args, 0))
-    var ea = ptr_i32(_arg(args, 1))
-    var b = ptr_i8(_arg(args, 2))
-    var eb = ptr_i32(_arg(args, 3))
-    var c = ptr_f32(_arg(args, 4))
-    var m = _arg(args, 5)
-    var n = _arg(args, 6)
+    """int8i32.v1 as the SIMT kernel computes it. Arguments: (a, ea, b, eb, c, m, n, k)."""
+    var a = _arg(args, 0)
+    var b = _arg(args, 2)
     var k = _arg(args, 7)
     var old = enter_ieee_mode()
-    for i in range(m):
-        for j in range(n):
-            int8_thread(a, ea, b, eb, c, n, k, i, j)
+    _int_run(IntCall(a, a, b, b, _arg(args, 5), _arg(args, 6), k, k % 16 == 0),
+             ptr_i32(_arg(args, 1)), ptr_i32(_arg(args, 3)), ptr_f32(_arg(args, 4)), 1, INT_SIMT)
     leave_ieee_mode(old)
     return PythonObject(None)
 
 
 def gpu_ref_gemm_int15(args: PythonObject) raises -> PythonObject:
-    var ahi = ptr_i8(_arg(args, 0))
-    var alo = ptr_i8(_arg(args, 1))
-    var ea = ptr_i32(_arg(args, 2))
-    var bhi = ptr_i8(_arg(args, 3))
-    var blo = ptr_i8(_arg(args, 4))
-    var eb = ptr_i32(_arg(args, 5))
-    var c = ptr_f32(_arg(args, 6))
-    var m = _arg(args, 7)
-    var n = _arg(args, 8)
+    """int15i64.v1 as the SIMT kernel computes it. Arguments: (a_hi, a_lo, ea, b_hi,
+    b_lo, eb, c, m, n, k)."""
     var k = _arg(args, 9)
     var old = enter_ieee_mode()
-    for i in range(m):
-        for j in range(n):
-            int15_thread(ahi, alo, ea, bhi, blo, eb, c, n, k, i, j)
+    _int_run(IntCall(_arg(args, 0), _arg(args, 1), _arg(args, 3), _arg(args, 4), _arg(args, 7), _arg(args, 8), k, k % 16 == 0),
+             ptr_i32(_arg(args, 2)), ptr_i32(_arg(args, 5)), ptr_f32(_arg(args, 6)), 2, INT_SIMT)
+    leave_ieee_mode(old)
+    return PythonObject(None)
+
+
+def gpu_ref_gemm_int(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a_hi, a_lo, ea, b_hi, b_lo, eb, c, m, n, k, planes, backend): the
+    integer GEMM kernels run on the CPU; planes 1 (int8: the hi arguments are the
+    codes, lo ignored) or 2 (int15); backend 0 SIMT, 1 NVIDIA mma, 2 AMD MFMA (the
+    matrix instructions emulated from their fragment layouts)."""
+    var k = _arg(args, 9)
+    var planes = _arg(args, 10)
+    var a_hi = _arg(args, 0)
+    var b_hi = _arg(args, 3)
+    var a_lo = _arg(args, 1) if planes == 2 else a_hi
+    var b_lo = _arg(args, 4) if planes == 2 else b_hi
+    var old = enter_ieee_mode()
+    _int_run(IntCall(a_hi, a_lo, b_hi, b_lo, _arg(args, 7), _arg(args, 8), k, k % 16 == 0),
+             ptr_i32(_arg(args, 2)), ptr_i32(_arg(args, 5)), ptr_f32(_arg(args, 6)), planes, _arg(args, 11))
     leave_ieee_mode(old)
     return PythonObject(None)
 
@@ -281,3 +461,4 @@ def register_gemm_gpu_reference(mut m: PythonModuleBuilder) raises:
     m.def_function[gpu_ref_gemm_f32_route]("gpu_ref_gemm_f32_route")
     m.def_function[gpu_ref_gemm_int8]("gpu_ref_gemm_int8")
     m.def_function[gpu_ref_gemm_int15]("gpu_ref_gemm_int15")
+    m.def_function[gpu_ref_gemm_int]("gpu_ref_gemm_int")

@@ -11,11 +11,11 @@ fp32.v1 / bf16f32.v1:
                         leaves finish (f32_tiled.mojo; four shapes, threads.mojo)
     f32_tree_kernel     thread (i, j) folds roots[.][i][j] -> c[i][j] (rule 6.4)
                         when k is split across blocks (rule 6.8), or writes +0 (k = 0)
-int8i32.v1 / int15i64.v1 (one launch):
-    int8_gemm_kernel, int15_gemm_kernel   thread (i, j) -> c[i][j] = a @ b.T
-    row_exponent_kernel                         one thread per row (shift 6 / 13)
-    quantize_int8_kernel, quantize_int15_kernel one thread per element, exps given
-    dequantize_int8_kernel, dequantize_int15_kernel  one thread per element
+int8i32.v1 / int15i64.v1 (one launch; planes 1 = int8 codes, 2 = int15 hi / lo):
+    int_mma_kernel      NVIDIA integer tensor cores (int_mma.mojo)
+    int_mfma_kernel     AMD matrix cores (int_mfma.mojo)
+    int_simt_kernel     the same staging, SIMT multiply-adds (Apple; int_tiled.mojo)
+(The converters' kernels, quantization included, are convert/gpu/kernels.mojo.)
 
 Block and tile sizes live in gemm/gpu/threads.mojo; every launch is laid out by
 gemm/gpu/launch.mojo. Sizes arrive as Int32 / Int64 (kernel arguments must be
@@ -25,7 +25,22 @@ from max.gpu import block_idx, thread_idx, grid_dim, barrier
 from std.memory import stack_allocation, AddressSpace
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
 from common.gpu import gid_x, gid_y, stride_x
-from gemm.gpu.threads import tree_thread, int8_thread, int15_thread
+from std.sys.info import is_nvidia_gpu, is_amd_gpu
+from gemm.gpu.threads import tree_thread
+from gemm.gpu.int_tiled import (
+    INT_BM,
+    INT_BN,
+    SIMT_THREADS,
+    IntCall,
+    int_smem_bytes,
+    int_sums,
+    int_tiles,
+    int_prologue_phase,
+    simt_main_phase,
+    simt_store,
+)
+from gemm.gpu.int_mma import MMA_THREADS, MMA_TILES, mma_main_phase, mma_store
+from gemm.gpu.int_mfma import MFMA_THREADS, MFMA_TILES, mfma_main_phase, mfma_store
 from gemm.gpu.f32_tiled import (
     F32Call,
     smem_floats,
@@ -111,24 +126,75 @@ def f32_tree_kernel(parts: F32Ptr, c: F32Ptr, m: Int32, n: Int32, nleaves: Int32
 
 
 # ------------------------------------------------------------------ integer GEMMs
-def int8_gemm_kernel(
-    a: I8Ptr, ea: I32Ptr, b: I8Ptr, eb: I32Ptr, c: F32Ptr, m: Int32, n: Int32, k: Int32
-):
-    """Thread (j = x, i = y): c[i][j] of a @ b.T, a (m, k) and b (n, k) int8 codes."""
-    var j = gid_x()
-    var i = gid_y()
-    if i >= Int(m) or j >= Int(n):
-        return
-    int8_thread(a, ea, b, eb, c, Int(n), Int(k), i, j)
+@always_inline
+def _int_call(a_hi: I8Ptr, a_lo: I8Ptr, b_hi: I8Ptr, b_lo: I8Ptr, m: Int32, n: Int32, k: Int32) -> IntCall:
+    return IntCall(Int(a_hi), Int(a_lo), Int(b_hi), Int(b_lo), Int(m), Int(n), Int(k), Int(k) % 16 == 0)
 
 
-def int15_gemm_kernel(
-    ahi: I8Ptr, alo: I8Ptr, ea: I32Ptr, bhi: I8Ptr, blo: I8Ptr, eb: I32Ptr, c: F32Ptr,
+def int_simt_kernel[planes: Int](
+    a_hi: I8Ptr, a_lo: I8Ptr, ea: I32Ptr, b_hi: I8Ptr, b_lo: I8Ptr, eb: I32Ptr, c: F32Ptr,
     m: Int32, n: Int32, k: Int32,
 ):
-    """Thread (j = x, i = y): c[i][j] of a @ b.T on the codes hi*128 + lo."""
-    var j = gid_x()
-    var i = gid_y()
-    if i >= Int(m) or j >= Int(n):
-        return
-    int15_thread(ahi, alo, ea, bhi, blo, eb, c, Int(n), Int(k), i, j)
+    """L-5 / W-3 (int_tiled.mojo), planes 1 (int8 codes) or 2 (int15 hi, lo): block
+    (bx, by) the 64 x 64 outputs at (64 by, 64 bx); SIMT_THREADS threads, 4 x 4
+    outputs each. Grid (ceil(n / 64), ceil(m / 64))."""
+    var smem = stack_allocation[
+        int_smem_bytes(planes), DType.int8, alignment=16, address_space=AddressSpace.SHARED
+    ]().unsafe_origin_cast[MutAnyOrigin]()
+    var call = _int_call(a_hi, a_lo, b_hi, b_lo, m, n, k)
+    var i0 = Int(block_idx.y) * INT_BM
+    var j0 = Int(block_idx.x) * INT_BN
+    var tid = Int(thread_idx.x)
+    var acc = SIMD[DType.int32, 16 * int_sums(planes)](0)
+    int_prologue_phase[planes, SIMT_THREADS](smem, call, i0, j0, tid)
+    barrier()
+    for t in range(int_tiles(call.k)):
+        simt_main_phase[planes](smem, call, i0, j0, t, tid, acc)
+        barrier()
+    simt_store[planes](call, ea, eb, c, i0, j0, tid, acc)
+
+
+def int_mma_kernel[planes: Int](
+    a_hi: I8Ptr, a_lo: I8Ptr, ea: I32Ptr, b_hi: I8Ptr, b_lo: I8Ptr, eb: I32Ptr, c: F32Ptr,
+    m: Int32, n: Int32, k: Int32,
+):
+    """As int_simt_kernel on NVIDIA's integer tensor cores (int_mma.mojo): MMA_THREADS
+    threads. Compiled empty for other vendors (never launched there)."""
+    comptime if is_nvidia_gpu():
+        var smem = stack_allocation[
+            int_smem_bytes(planes), DType.int8, alignment=16, address_space=AddressSpace.SHARED
+        ]().unsafe_origin_cast[MutAnyOrigin]()
+        var call = _int_call(a_hi, a_lo, b_hi, b_lo, m, n, k)
+        var i0 = Int(block_idx.y) * INT_BM
+        var j0 = Int(block_idx.x) * INT_BN
+        var tid = Int(thread_idx.x)
+        var acc = SIMD[DType.int32, 4 * MMA_TILES * int_sums(planes)](0)
+        int_prologue_phase[planes, MMA_THREADS](smem, call, i0, j0, tid)
+        barrier()
+        for t in range(int_tiles(call.k)):
+            mma_main_phase[planes](smem, call, i0, j0, t, tid, acc)
+            barrier()
+        mma_store[planes](call, ea, eb, c, i0, j0, tid, acc)
+
+
+def int_mfma_kernel[planes: Int](
+    a_hi: I8Ptr, a_lo: I8Ptr, ea: I32Ptr, b_hi: I8Ptr, b_lo: I8Ptr, eb: I32Ptr, c: F32Ptr,
+    m: Int32, n: Int32, k: Int32,
+):
+    """As int_simt_kernel on AMD's matrix cores (int_mfma.mojo): MFMA_THREADS threads.
+    Compiled empty for other vendors (never launched there)."""
+    comptime if is_amd_gpu():
+        var smem = stack_allocation[
+            int_smem_bytes(planes), DType.int8, alignment=16, address_space=AddressSpace.SHARED
+        ]().unsafe_origin_cast[MutAnyOrigin]()
+        var call = _int_call(a_hi, a_lo, b_hi, b_lo, m, n, k)
+        var i0 = Int(block_idx.y) * INT_BM
+        var j0 = Int(block_idx.x) * INT_BN
+        var tid = Int(thread_idx.x)
+        var acc = SIMD[DType.int32, 4 * MFMA_TILES * int_sums(planes)](0)
+        int_prologue_phase[planes, MFMA_THREADS](smem, call, i0, j0, tid)
+        barrier()
+        for t in range(int_tiles(call.k)):
+            mfma_main_phase[planes](smem, call, i0, j0, t, tid, acc)
+            barrier()
+        mfma_store[planes](call, ea, eb, c, i0, j0, tid, acc)

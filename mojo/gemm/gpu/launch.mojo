@@ -10,8 +10,9 @@ structure is the one cpu_run.mojo mirrors on the CPU:
                 picks (persistent blocks, BLOCKS_PER_SM a multiprocessor), writing C,
                 or roots[run][i][j] when the plan splits k across blocks (rule 6.8),
                 then the tree kernel over the roots
-    int8/int15  one launch, one thread per output (row chunks of at most
-                MAX_GRID_Y * BY rows)
+    int8/int15  one launch of the integer kernel for the device's vendor (NVIDIA
+                tensor cores, AMD matrix cores, SIMT elsewhere), 64 x 64 outputs a
+                block (row chunks of at most MAX_GRID_Y * 64 rows)
 
 Used by mojo/_native_gpu.mojo. Nothing here changes a bit of any result: chunk
 and grid sizes only decide which thread computes which output.
@@ -49,10 +50,14 @@ from gemm.gpu.kernels import (
     route_kernel,
     f32_tiled_kernel,
     f32_tree_kernel,
-    int8_gemm_kernel,
-    int15_gemm_kernel,
+    int_simt_kernel,
+    int_mma_kernel,
+    int_mfma_kernel,
     flip_low_bit_kernel,
 )
+from gemm.gpu.int_tiled import INT_BM, INT_BN, SIMT_THREADS
+from gemm.gpu.int_mma import MMA_THREADS
+from gemm.gpu.int_mfma import MFMA_THREADS
 
 comptime MAX_GRID_Y = 65535
 
@@ -220,6 +225,41 @@ def gemm_f32(
 
 
 # ------------------------------------------------------------------ integer GEMMs
+def _int_launches[planes: Int](
+    ctx: DeviceContext, a_hi: I8Ptr, a_lo: I8Ptr, ea: I32Ptr, b_hi: I8Ptr, b_lo: I8Ptr, eb: I32Ptr,
+    c: F32Ptr, m: Int, n: Int, k: Int,
+) raises:
+    """The integer kernel for this device: NVIDIA's tensor cores ("cuda"), AMD's matrix
+    cores ("hip"), the SIMT kernel otherwise (Apple); rows in chunks of at most
+    MAX_GRID_Y blocks."""
+    var api = String(ctx.api())
+    var rows = MAX_GRID_Y * INT_BM
+    var i0 = 0
+    while i0 < m:
+        var mr = min(rows, m - i0)
+        var pah = a_hi.unsafe_offset(i0 * k)
+        var pal = a_lo.unsafe_offset(i0 * k)
+        var pea = ea.unsafe_offset(i0)
+        var pc = c.unsafe_offset(i0 * n)
+        var grid = (cdiv(n, INT_BN), cdiv(mr, INT_BM))
+        if api == "cuda":
+            ctx.enqueue_function[int_mma_kernel[planes]](
+                pah, pal, pea, b_hi, b_lo, eb, pc, Int32(mr), Int32(n), Int32(k),
+                grid_dim=grid, block_dim=MMA_THREADS,
+            )
+        elif api == "hip":
+            ctx.enqueue_function[int_mfma_kernel[planes]](
+                pah, pal, pea, b_hi, b_lo, eb, pc, Int32(mr), Int32(n), Int32(k),
+                grid_dim=grid, block_dim=MFMA_THREADS,
+            )
+        else:
+            ctx.enqueue_function[int_simt_kernel[planes]](
+                pah, pal, pea, b_hi, b_lo, eb, pc, Int32(mr), Int32(n), Int32(k),
+                grid_dim=grid, block_dim=SIMT_THREADS,
+            )
+        i0 += mr
+
+
 def gemm_int8(
     ctx: DeviceContext, a_addr: Int, ea_addr: Int, b_addr: Int, eb_addr: Int, c_addr: Int,
     m: Int, n: Int, k: Int,
@@ -237,19 +277,16 @@ def gemm_int8(
         ctx.enqueue_copy(db, host_ptr[DType.int8](b_addr))
     ctx.enqueue_copy(dea, host_ptr[DType.int32](ea_addr))
     ctx.enqueue_copy(deb, host_ptr[DType.int32](eb_addr))
-    var rows = MAX_GRID_Y * BY
-    var i0 = 0
-    while i0 < m:
-        var mr = min(rows, m - i0)
-        ctx.enqueue_function[int8_gemm_kernel](
-            da.unsafe_ptr().unsafe_offset(i0 * k), dea.unsafe_ptr().unsafe_offset(i0),
-            db.unsafe_ptr(), deb.unsafe_ptr(), dc.unsafe_ptr().unsafe_offset(i0 * n),
-            Int32(mr), Int32(n), Int32(k),
-            grid_dim=(cdiv(n, BX), cdiv(mr, BY)), block_dim=(BX, BY),
-        )
-        i0 += mr
+    var pa = da.unsafe_ptr().as_unsafe_any_origin()
+    var pb = db.unsafe_ptr().as_unsafe_any_origin()
+    _int_launches[1](ctx, pa, pa, dea.unsafe_ptr().as_unsafe_any_origin(), pb, pb,
+                     deb.unsafe_ptr().as_unsafe_any_origin(), dc.unsafe_ptr().as_unsafe_any_origin(), m, n, k)
     ctx.enqueue_copy(host_ptr[DType.float32](c_addr), dc)
     ctx.synchronize()
+    _ = len(da)  # the launches above read them through raw pointers
+    _ = len(db)
+    _ = len(dea)
+    _ = len(deb)
 
 
 def gemm_int15(
@@ -273,18 +310,15 @@ def gemm_int15(
         ctx.enqueue_copy(dbl, host_ptr[DType.int8](blo_addr))
     ctx.enqueue_copy(dea, host_ptr[DType.int32](ea_addr))
     ctx.enqueue_copy(deb, host_ptr[DType.int32](eb_addr))
-    var rows = MAX_GRID_Y * BY
-    var i0 = 0
-    while i0 < m:
-        var mr = min(rows, m - i0)
-        ctx.enqueue_function[int15_gemm_kernel](
-            dah.unsafe_ptr().unsafe_offset(i0 * k), dal.unsafe_ptr().unsafe_offset(i0 * k),
-            dea.unsafe_ptr().unsafe_offset(i0),
-            dbh.unsafe_ptr(), dbl.unsafe_ptr(), deb.unsafe_ptr(),
-            dc.unsafe_ptr().unsafe_offset(i0 * n),
-            Int32(mr), Int32(n), Int32(k),
-            grid_dim=(cdiv(n, BX), cdiv(mr, BY)), block_dim=(BX, BY),
-        )
-        i0 += mr
+    _int_launches[2](ctx, dah.unsafe_ptr().as_unsafe_any_origin(), dal.unsafe_ptr().as_unsafe_any_origin(),
+                     dea.unsafe_ptr().as_unsafe_any_origin(), dbh.unsafe_ptr().as_unsafe_any_origin(),
+                     dbl.unsafe_ptr().as_unsafe_any_origin(), deb.unsafe_ptr().as_unsafe_any_origin(),
+                     dc.unsafe_ptr().as_unsafe_any_origin(), m, n, k)
     ctx.enqueue_copy(host_ptr[DType.float32](c_addr), dc)
     ctx.synchronize()
+    _ = len(dah)  # the launches above read them through raw pointers
+    _ = len(dal)
+    _ = len(dbh)
+    _ = len(dbl)
+    _ = len(dea)
+    _ = len(deb)

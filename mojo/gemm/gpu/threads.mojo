@@ -9,7 +9,7 @@ sizes widened to Int here).
 """
 from arith.tree import leaf_size, leaf_count
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
-from gemm.gpu.arith import tree_fold, dot_int8, dot_int15, int_epilogue
+from gemm.gpu.arith import tree_fold
 from gemm.gpu.f32_tiled import slab_levels
 
 
@@ -115,22 +115,3 @@ def tree_thread(parts: F32Ptr, c: F32Ptr, m: Int, n: Int, nleaves: Int, i: Int, 
     of the runs of a split (rule 6.8), or +0 when there are none (k = 0)."""
     var idx = i * n + j
     c.unsafe_store(idx, tree_fold(parts.unsafe_offset(idx), m * n, nleaves))
-
-
-# ------------------------------------------------------------------ integer GEMMs
-@always_inline
-def int8_thread(a: I8Ptr, ea: I32Ptr, b: I8Ptr, eb: I32Ptr, c: F32Ptr, n: Int, k: Int, i: Int, j: Int):
-    var s = dot_int8(a.unsafe_offset(i * k), b.unsafe_offset(j * k), k)
-    c.unsafe_store(i * n + j, int_epilogue[DType.int32](s, ea.unsafe_load(i), eb.unsafe_load(j)))
-
-
-@always_inline
-def int15_thread(
-    ahi: I8Ptr, alo: I8Ptr, ea: I32Ptr, bhi: I8Ptr, blo: I8Ptr, eb: I32Ptr, c: F32Ptr,
-    n: Int, k: Int, i: Int, j: Int,
-):
-    var s = dot_int15(
-        ahi.unsafe_offset(i * k), alo.unsafe_offset(i * k),
-        bhi.unsafe_offset(j * k), blo.unsafe_offset(j * k), k,
-    )
-    c.unsafe_store(i * n + j, int_epilogue[DType.int64](s, ea.unsafe_load(i), eb.unsafe_load(j)))
