@@ -23,6 +23,7 @@ from max.gpu.host.compile import _compile_code
 from gemm.gpu.kernels import (
     exponent_min_kernel,
     route_kernel,
+    route_flushing_kernel,
     f32_tiled_kernel,
     f32_tree_kernel,
     int_simt_kernel,
@@ -128,6 +129,7 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[exponent_min_kernel[F32], tgt]("exponent_min[f32]", kind, t)
     _one[exponent_min_kernel[BF], tgt]("exponent_min[bf16]", kind, t)
     _one[route_kernel, tgt]("route", kind, t)
+    _one[route_flushing_kernel, tgt]("route_flushing", kind, t)
     _tiled[F32, F32, tgt]("f32,f32", kind, t)
     _tiled[F32, BF, tgt]("f32,bf16", kind, t)
     _tiled[BF, F32, tgt]("bf16,f32", kind, t)

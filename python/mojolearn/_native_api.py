@@ -121,6 +121,12 @@ ENTRIES = (
     Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                 "b_bf16", "sabotage"), "gpu", "int",
           "gemm_f32 on device-resident operands (DLPack device tensors): no copies"),
+    Entry("gemm_int8_resident", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "gpu",
+          doc="int8i32.v1, every address in device memory"),
+    Entry("gemm_int15_resident", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
+                                  "k"), "gpu", doc="int15i64.v1, every address in device memory"),
+    Entry("gemm_int15_quant_a_resident", ("a", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k"), "gpu",
+          doc="fixed15_v1's projection: float32 a quantized on the device, then int15i64.v1"),
     Entry("nn_add_resident", ("x", "ldx", "y", "ldy", "out", "ldo", "n", "rows"), "gpu",
           doc="ftz(x + y) row by row on device-resident operands (torch mode's bias add)"),
 )

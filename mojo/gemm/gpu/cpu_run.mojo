@@ -44,6 +44,7 @@ from gemm.gpu.threads import (
     F32Plan,
     f32_plan,
     f32_kernel_for,
+    f32_route_prepass,
     tree_thread,
 )
 from gemm.gpu.int_tiled import (
@@ -73,6 +74,7 @@ from gemm.gpu.route import (
     exponent_min_phase1,
     exponent_min_phase2,
     route_thread,
+    route_flushing_thread,
 )
 
 # Work items the CPU run's plan aims for (the GPU's: BLOCKS_PER_SM per multiprocessor):
@@ -192,8 +194,13 @@ def _f32_run[adt: DType, bdt: DType](
                 tree_thread(c, c, m, n, 0, i, j)
         return plan
     var route = route_in
-    if route < 0:
+    if route < 0 and f32_route_prepass(kernel):
         route = _route_pass[adt, bdt](a_addr, b_addr, m, n, k)
+    elif route < 0:
+        var flag = unsafe_alloc[Int32](1, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+        route_flushing_thread(flag)
+        route = Int(flag.unsafe_load(0))
+        flag.unsafe_free()
     var call = F32Call(m, n, k, sa[0], sa[1], sb[0], sb[1], plan.leaf, plan.nleaves,
                        plan.run_leaves, plan.nruns, plan.nsl)
     if plan.nruns == 1:
@@ -250,7 +257,7 @@ def gpu_ref_gemm_f32_route(args: PythonObject) raises -> PythonObject:
     grid, route): gpu_ref_gemm_f32 with the launch's choices forced where not -1 / 0:
     kernel (0 big, 1 thin1, 2 thin16, 3 small; -1 the dispatch's), run_leaves (a power of two;
     0 the plan's), grid (0 the plan's), route (0 flushing chains, 1 flush-free; -1 the
-    pre-pass decides). Returns (kernel, route, run_leaves, nruns, grid) as run."""
+    launch's: the pre-pass for BIG / SMALL, flushing for THIN1 / THIN16). Returns (kernel, route, run_leaves, nruns, grid) as run."""
     var plan = _f32_entry(args, _arg(args, 10), _arg(args, 11), _arg(args, 12), _arg(args, 13))
     return Python.tuple(PythonObject(plan.kernel), PythonObject(plan.nsl), PythonObject(plan.run_leaves),
                         PythonObject(plan.nruns), PythonObject(plan.grid))

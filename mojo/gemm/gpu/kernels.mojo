@@ -5,7 +5,8 @@ contract. No TF32, no fast-math, no hardware flush: compile_all_gpu.mojo checks 
 generated code for that.
 
 fp32.v1 / bf16f32.v1:
-    exponent_min_kernel, route_kernel   the per-call route (rule 6.7; route.mojo)
+    exponent_min_kernel, route_kernel   the per-call route (rule 6.7; route.mojo);
+    route_flushing_kernel               the flushing route without a pre-pass (decode)
     f32_tiled_kernel    shared-memory, register-tiled, persistent blocks: each work
                         item an output tile and a run of leaves, the tree folded as
                         leaves finish (f32_tiled.mojo; four shapes, threads.mojo)
@@ -49,7 +50,13 @@ from gemm.gpu.f32_tiled import (
     f32_prologue_phase,
     f32_main_phase,
 )
-from gemm.gpu.route import ROUTE_THREADS, exponent_min_phase1, exponent_min_phase2, route_thread
+from gemm.gpu.route import (
+    ROUTE_THREADS,
+    exponent_min_phase1,
+    exponent_min_phase2,
+    route_thread,
+    route_flushing_thread,
+)
 
 
 # ------------------------------------------------------------------ sabotage
@@ -77,6 +84,12 @@ def route_kernel(pa: I32Ptr, ga: Int32, pb: I32Ptr, gb: Int32, route: I32Ptr):
     """One thread: route[0] = 1 for the flush-free chains (rule 6.7), else 0."""
     if gid_x() == 0:
         route_thread(pa, Int(ga), pb, Int(gb), route)
+
+
+def route_flushing_kernel(route: I32Ptr):
+    """One thread: route[0] = 0 (the launches that skip the pre-pass)."""
+    if gid_x() == 0:
+        route_flushing_thread(route)
 
 
 def f32_tiled_kernel[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int, TN: Int](

@@ -6,7 +6,8 @@ and copies the result back before returning (synchronous). The launch
 structure is the one cpu_run.mojo mirrors on the CPU:
 
     fp32.v1     the route pre-pass (exponent_min_kernel on A and on B, then
-                route_kernel: rule 6.7), the tiled kernel in the shape f32_kernel_for
+                route_kernel: rule 6.7; the decode shapes skip it and run the
+                flushing chains: route_flushing_kernel), the tiled kernel in the shape f32_kernel_for
                 picks (persistent blocks, BLOCKS_PER_SM a multiprocessor), writing C,
                 or roots[run][i][j] when the plan splits k across blocks (rule 6.8),
                 then the tree kernel over the roots
@@ -19,7 +20,9 @@ and grid sizes only decide which thread computes which output.
 """
 from max.gpu.host import DeviceContext, DeviceAttribute
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
-from common.gpu import cdiv, host_ptr
+from common.gpu import B1, blocks_1d, cdiv, host_ptr
+from convert.gpu.arith import INT15_SHIFT
+from convert.gpu.kernels import row_exponent_kernel, quantize_int15_kernel
 from gemm.gpu.arith import a_strides, b_strides
 from gemm.gpu.threads import (
     BX,
@@ -43,11 +46,13 @@ from gemm.gpu.threads import (
     F32Plan,
     f32_plan,
     f32_kernel_for,
+    f32_route_prepass,
 )
 from gemm.gpu.route import ROUTE_THREADS, ROUTE_MAX_BLOCKS, route_blocks
 from gemm.gpu.kernels import (
     exponent_min_kernel,
     route_kernel,
+    route_flushing_kernel,
     f32_tiled_kernel,
     f32_tree_kernel,
     int_simt_kernel,
@@ -120,16 +125,20 @@ def _f32_launches[adt: DType, bdt: DType](
         return
     var sa = a_strides(m, k, trans_a)
     var sb = b_strides(n, k, trans_b)
-    # rule 6.7: the route, decided on the device from both operands
+    # rule 6.7: the route, decided on the device from both operands (decode shapes:
+    # the flushing chains, so the weight is read once)
     var ga = route_blocks(m * k)
     var gb = route_blocks(k * n)
     var dr = ctx.enqueue_create_buffer[DType.int32](2 * ROUTE_MAX_BLOCKS + 1)
     var ppa = dr.unsafe_ptr().as_unsafe_any_origin()
     var ppb = ppa.unsafe_offset(ROUTE_MAX_BLOCKS)
     var route = ppa.unsafe_offset(2 * ROUTE_MAX_BLOCKS)
-    ctx.enqueue_function[exponent_min_kernel[adt]](pa0, Int64(m * k), ppa, grid_dim=ga, block_dim=ROUTE_THREADS)
-    ctx.enqueue_function[exponent_min_kernel[bdt]](pb, Int64(k * n), ppb, grid_dim=gb, block_dim=ROUTE_THREADS)
-    ctx.enqueue_function[route_kernel](ppa, Int32(ga), ppb, Int32(gb), route, grid_dim=1, block_dim=1)
+    if f32_route_prepass(kernel):
+        ctx.enqueue_function[exponent_min_kernel[adt]](pa0, Int64(m * k), ppa, grid_dim=ga, block_dim=ROUTE_THREADS)
+        ctx.enqueue_function[exponent_min_kernel[bdt]](pb, Int64(k * n), ppb, grid_dim=gb, block_dim=ROUTE_THREADS)
+        ctx.enqueue_function[route_kernel](ppa, Int32(ga), ppb, Int32(gb), route, grid_dim=1, block_dim=1)
+    else:
+        ctx.enqueue_function[route_flushing_kernel](route, grid_dim=1, block_dim=1)
     var nroots = plan.nruns * m * n if plan.nruns > 1 else 1
     var droots = ctx.enqueue_create_buffer[DType.float32](nroots)
     var dst = pc0 if plan.nruns == 1 else droots.unsafe_ptr().as_unsafe_any_origin()
@@ -322,3 +331,56 @@ def gemm_int15(
     _ = len(dbl)
     _ = len(dea)
     _ = len(deb)
+
+
+# ------------------------------------------------------------------ device-resident operands
+def gemm_int_resident(
+    ctx: DeviceContext, planes: Int, ahi_addr: Int, alo_addr: Int, ea_addr: Int,
+    bhi_addr: Int, blo_addr: Int, eb_addr: Int, c_addr: Int, m: Int, n: Int, k: Int,
+) raises:
+    """int8i32.v1 (planes 1: the hi addresses are the codes) or int15i64.v1 (planes 2)
+    on codes, exponents and result already in this device's memory; synchronous."""
+    if m == 0 or n == 0:
+        return
+    if planes == 1:
+        _int_launches[1](ctx, host_ptr[DType.int8](ahi_addr), host_ptr[DType.int8](ahi_addr),
+                         host_ptr[DType.int32](ea_addr), host_ptr[DType.int8](bhi_addr),
+                         host_ptr[DType.int8](bhi_addr), host_ptr[DType.int32](eb_addr),
+                         host_ptr[DType.float32](c_addr), m, n, k)
+    else:
+        _int_launches[2](ctx, host_ptr[DType.int8](ahi_addr), host_ptr[DType.int8](alo_addr),
+                         host_ptr[DType.int32](ea_addr), host_ptr[DType.int8](bhi_addr),
+                         host_ptr[DType.int8](blo_addr), host_ptr[DType.int32](eb_addr),
+                         host_ptr[DType.float32](c_addr), m, n, k)
+    ctx.synchronize()
+
+
+def gemm_int15_quantize_a_resident(
+    ctx: DeviceContext, a_addr: Int, bhi_addr: Int, blo_addr: Int, eb_addr: Int, c_addr: Int,
+    m: Int, n: Int, k: Int,
+) raises:
+    """fixed15_v1's projection on the device: float32 activations a (m, k) quantized
+    there (W-1: row exponents, W-2: the hi / lo planes, by the converters' kernels)
+    and multiplied with the int15 planes of b (n, k) (W-3, W-5); nothing crosses to
+    the host. Every address is in this device's memory; synchronous."""
+    if m == 0 or n == 0:
+        return
+    var dh = ctx.enqueue_create_buffer[DType.int8](max(1, m * k))
+    var dl = ctx.enqueue_create_buffer[DType.int8](max(1, m * k))
+    var de = ctx.enqueue_create_buffer[DType.int32](m)
+    var src = host_ptr[DType.uint32](a_addr)
+    ctx.enqueue_function[row_exponent_kernel](
+        src, de.unsafe_ptr(), Int32(m), Int32(k), Int32(INT15_SHIFT), grid_dim=blocks_1d(m), block_dim=B1,
+    )
+    ctx.enqueue_function[quantize_int15_kernel](
+        src, de.unsafe_ptr(), dh.unsafe_ptr(), dl.unsafe_ptr(), Int32(m), Int32(k),
+        grid_dim=blocks_1d(m * k), block_dim=B1,
+    )
+    _int_launches[2](ctx, dh.unsafe_ptr().as_unsafe_any_origin(), dl.unsafe_ptr().as_unsafe_any_origin(),
+                     de.unsafe_ptr().as_unsafe_any_origin(), host_ptr[DType.int8](bhi_addr),
+                     host_ptr[DType.int8](blo_addr), host_ptr[DType.int32](eb_addr),
+                     host_ptr[DType.float32](c_addr), m, n, k)
+    ctx.synchronize()
+    _ = len(dh)  # the launches above read them through raw pointers
+    _ = len(dl)
+    _ = len(de)

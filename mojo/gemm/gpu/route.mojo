@@ -14,7 +14,8 @@ HOW IT IS RUN
     phase 2 thread 0 folds the block's slots into partial[block]. Then route_kernel
     (one thread) folds both operands' partials into the decision. A minimum is
     exact in any order, so the grid shape changes nothing. cpu_run.mojo runs the same
-    phases in loops.
+    phases in loops. The decode shapes skip the pre-pass (threads.f32_route_prepass):
+    route_flushing_kernel sets route[0] = 0.
 """
 from std.memory import AddressSpace
 from common.ptr import I32Ptr
@@ -57,6 +58,12 @@ def exponent_min_phase2[AS: AddressSpace](
     for t in range(ROUTE_THREADS):
         e = min(e, smem.unsafe_load(t))
     partial.unsafe_store(block, e)
+
+
+@always_inline
+def route_flushing_thread(route: I32Ptr):
+    """route[0] = 0: the flushing chains, without a pre-pass (always right)."""
+    route.unsafe_store(0, Int32(0))
 
 
 @always_inline

@@ -70,6 +70,15 @@ def f32_kernel_for(m: Int, small: Bool = False) -> Int:
     return F32_SMALL if small else F32_BIG
 
 
+@always_inline
+def f32_route_prepass(kernel: Int) -> Bool:
+    """Whether a launch decides rule 6.7's route by the exponent pre-pass. The decode
+    shapes (THIN1, THIN16) do not: the pre-pass would read the weight a second time,
+    and a decode product is bound by that read; they run the flushing chains, which
+    are always right (the same bits)."""
+    return kernel == F32_BIG or kernel == F32_SMALL
+
+
 @fieldwise_init
 struct F32Plan(ImplicitlyCopyable, Movable):
     """How one fp32.v1 product is laid out on the tiled kernel."""
