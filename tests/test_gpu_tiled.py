@@ -110,8 +110,8 @@ def check(ref, a, b, layout, what, **kw):
                                    (130, 65, 20), (2, 3, 129)])
 def test_tiled_shapes(ref, layout, kernel, shape):
     """Rules 6.1-6.4 and 6.5 through every tile shape of the kernel, shapes either side
-    of the 16-row, 64- and 128-wide tiles and of the 16- and 32-deep k-tiles (edge
-    tiles partly outside C, k-tails), both routes (fast data, subnormal data)."""
+    of the 16-row, 64- and 128-wide tiles and of the 16-deep k-tiles (edge tiles partly
+    outside C, k-tails), both routes (fast data, subnormal data)."""
     m, n, k = shape
     rng = np.random.default_rng(zlib.crc32(f"shape{shape}{layout}{kernel}".encode()))
     for kind, want in (("fast", EXACT), ("subnormal", FLUSHING)):
@@ -143,7 +143,7 @@ def test_tiled_leaf_boundaries(ref, layout, k):
 
 @pytest.mark.parametrize("kernel", [BIG, THIN1], ids=["big", "thin1"])
 def test_tiled_leaf_not_multiple_of_tile(ref, kernel):
-    """Rule 6.2 at k = 131073 (L = 129: leaves end inside k-tiles of 16 and 32), a thin
+    """Rule 6.2 at k = 131073 (L = 129: leaves end inside 16-deep k-tiles), a thin
     shape, flushing and flush-free chains, NN and NT; split and not split."""
     k = 131073
     rng = np.random.default_rng(131073 + kernel)

@@ -53,7 +53,8 @@ def pad4(x: Int) -> Int:
 
 @always_inline
 def smem_floats(BM: Int, BN: Int, BK: Int) -> Int:
-    """Two buffers, each A as [BK][pad4(BM)] (A transposed) and B as [BK][pad4(BN)]."""
+    """Two buffers, each A as [BK][pad4(BM)] (A transposed) and B as [BK][pad4(BN)]:
+    33 KB for BIG, 17 KB for SMALL, 17 / 19 KB for THIN1 / THIN16."""
     return 2 * BK * (pad4(BM) + pad4(BN))
 
 

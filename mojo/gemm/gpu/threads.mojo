@@ -21,9 +21,10 @@ comptime BY = 8
 
 # The fp32.v1 tiled kernel (f32_tiled.mojo), four shapes. BIG: 128 x 128 outputs a
 # block, 16-deep k-tiles, 256 threads of 8 x 8 outputs (2 x 2 groups of 4 x 4).
-# THIN1 / THIN16 (decode: m = 1, m <= 16): one row or 16 rows by 128 columns, 32-deep
+# THIN1 / THIN16 (decode: m = 1, m <= 16): one row or 16 rows by 128 columns, 16-deep
 # k-tiles, 128 threads of one column each, so the weight is read once and the run of
-# leaves split across blocks fills the machine (rule 6.8).
+# leaves split across blocks fills the machine (rule 6.8). 17 / 19 KB of shared memory
+# (within Apple's 32 KB; 32-deep tiles would not be).
 comptime F32_BIG = 0
 comptime F32_THIN1 = 1
 comptime F32_THIN16 = 2
@@ -34,7 +35,7 @@ comptime BIG_BK = 16
 comptime BIG_TM = 8
 comptime BIG_TN = 8
 comptime THIN_BN = 128
-comptime THIN_BK = 32
+comptime THIN_BK = 16
 # SMALL: 64 x 64 outputs, 16-deep k-tiles, 256 threads of 4 x 4 outputs (17 KB of
 # shared memory and 32 accumulator registers a thread: Apple's threadgroup memory
 # is 32 KB, which BIG's 33 KB exceeds).
