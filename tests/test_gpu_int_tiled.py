@@ -145,3 +145,30 @@ def test_int_random_sweep(ref, backend):
         bh, bl = planes(rng.integers(-16383, 16384, size=(n, k)))
         assert_same_bits(run_int15(ref, ah, al, ea, bh, bl, eb, backend),
                          O.gemm_int15(ah, al, ea, bh, bl, eb), f"int15 {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_int_unaligned_codes(ref, backend):
+    """L-5, W-3: codes whose rows are 16-byte multiples but whose arrays start off a
+    16-byte boundary give the same bits (the kernels stage them byte by byte, int_vec:
+    a 16-byte load there would fault on a GPU; on the CPU this checks the byte path
+    at k % 16 == 0)."""
+    rng = np.random.default_rng(40 + backend)
+    m, n, k = 37, 45, 96
+
+    def shifted(x):
+        buf = np.empty(x.size + 1, dtype=np.int8)
+        v = buf[1:].reshape(x.shape)
+        v[...] = x
+        assert v.ctypes.data % 16 != 0
+        return v
+
+    a = shifted(rng.integers(-127, 128, size=(m, k), dtype=np.int8))
+    b = shifted(rng.integers(-127, 128, size=(n, k), dtype=np.int8))
+    ea = rng.integers(-30, 30, size=m).astype(np.int32)
+    eb = rng.integers(-30, 30, size=n).astype(np.int32)
+    assert_same_bits(run_int8(ref, a, ea, b, eb, backend), O.gemm_int(a, ea, b, eb), "unaligned int8")
+    ah, al = (shifted(p) for p in planes(rng.integers(-16383, 16384, size=(m, k))))
+    bh, bl = (shifted(p) for p in planes(rng.integers(-16383, 16384, size=(n, k))))
+    assert_same_bits(run_int15(ref, ah, al, ea, bh, bl, eb, backend),
+                     O.gemm_int15(ah, al, ea, bh, bl, eb), "unaligned int15")

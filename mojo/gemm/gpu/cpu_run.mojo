@@ -55,6 +55,7 @@ from gemm.gpu.int_tiled import (
     IntCall,
     int_smem_bytes,
     int_sums,
+    int_vec,
     int_tiles,
     int_fetch,
     int_stash,
@@ -427,7 +428,7 @@ def gpu_ref_gemm_int8(args: PythonObject) raises -> PythonObject:
     var b = _arg(args, 2)
     var k = _arg(args, 7)
     var old = enter_ieee_mode()
-    _int_run(IntCall(a, a, b, b, _arg(args, 5), _arg(args, 6), k, k % 16 == 0),
+    _int_run(IntCall(a, a, b, b, _arg(args, 5), _arg(args, 6), k, int_vec(a, a, b, b, k)),
              ptr_i32(_arg(args, 1)), ptr_i32(_arg(args, 3)), ptr_f32(_arg(args, 4)), 1, INT_SIMT)
     leave_ieee_mode(old)
     return PythonObject(None)
@@ -438,7 +439,8 @@ def gpu_ref_gemm_int15(args: PythonObject) raises -> PythonObject:
     b_lo, eb, c, m, n, k)."""
     var k = _arg(args, 9)
     var old = enter_ieee_mode()
-    _int_run(IntCall(_arg(args, 0), _arg(args, 1), _arg(args, 3), _arg(args, 4), _arg(args, 7), _arg(args, 8), k, k % 16 == 0),
+    _int_run(IntCall(_arg(args, 0), _arg(args, 1), _arg(args, 3), _arg(args, 4), _arg(args, 7), _arg(args, 8), k,
+                     int_vec(_arg(args, 0), _arg(args, 1), _arg(args, 3), _arg(args, 4), k)),
              ptr_i32(_arg(args, 2)), ptr_i32(_arg(args, 5)), ptr_f32(_arg(args, 6)), 2, INT_SIMT)
     leave_ieee_mode(old)
     return PythonObject(None)
@@ -456,7 +458,7 @@ def gpu_ref_gemm_int(args: PythonObject) raises -> PythonObject:
     var a_lo = _arg(args, 1) if planes == 2 else a_hi
     var b_lo = _arg(args, 4) if planes == 2 else b_hi
     var old = enter_ieee_mode()
-    _int_run(IntCall(a_hi, a_lo, b_hi, b_lo, _arg(args, 7), _arg(args, 8), k, k % 16 == 0),
+    _int_run(IntCall(a_hi, a_lo, b_hi, b_lo, _arg(args, 7), _arg(args, 8), k, int_vec(a_hi, a_lo, b_hi, b_lo, k)),
              ptr_i32(_arg(args, 2)), ptr_i32(_arg(args, 5)), ptr_f32(_arg(args, 6)), planes, _arg(args, 11))
     leave_ieee_mode(old)
     return PythonObject(None)

@@ -66,7 +66,16 @@ struct IntCall(ImplicitlyCopyable, Movable):
     var m: Int
     var n: Int
     var k: Int
-    var vec: Bool  # k % 16 == 0: rows of 16-byte aligned chunks, loaded whole
+    var vec: Bool  # int_vec: rows of 16-byte aligned chunks, loaded whole
+
+
+@always_inline
+def int_vec(a_hi: Int, a_lo: Int, b_hi: Int, b_lo: Int, k: Int) -> Bool:
+    """Whether every row chunk a thread stages starts 16-byte aligned: k % 16 == 0 and
+    every plane's address 16-byte aligned (device buffers are; a resident tensor's
+    view may not be). Otherwise the chunks are read byte by byte: the same codes."""
+    return (k % 16 == 0 and a_hi % 16 == 0 and a_lo % 16 == 0 and b_hi % 16 == 0
+            and b_lo % 16 == 0)
 
 
 @always_inline

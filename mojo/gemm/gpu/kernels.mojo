@@ -35,6 +35,7 @@ from gemm.gpu.int_tiled import (
     IntCall,
     int_smem_bytes,
     int_sums,
+    int_vec,
     int_tiles,
     int_prologue_phase,
     simt_main_phase,
@@ -141,7 +142,8 @@ def f32_tree_kernel(parts: F32Ptr, c: F32Ptr, m: Int32, n: Int32, nleaves: Int32
 # ------------------------------------------------------------------ integer GEMMs
 @always_inline
 def _int_call(a_hi: I8Ptr, a_lo: I8Ptr, b_hi: I8Ptr, b_lo: I8Ptr, m: Int32, n: Int32, k: Int32) -> IntCall:
-    return IntCall(Int(a_hi), Int(a_lo), Int(b_hi), Int(b_lo), Int(m), Int(n), Int(k), Int(k) % 16 == 0)
+    return IntCall(Int(a_hi), Int(a_lo), Int(b_hi), Int(b_lo), Int(m), Int(n), Int(k),
+                   int_vec(Int(a_hi), Int(a_lo), Int(b_hi), Int(b_lo), Int(k)))
 
 
 def int_simt_kernel[planes: Int](
