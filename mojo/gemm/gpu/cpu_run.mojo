@@ -67,7 +67,15 @@ from gemm.gpu.int_mma import MMA_THREADS, MMA_TILES, mma_emulated, mma_store
 from gemm.gpu.int_mma import a_frag as mma_a_frag, b_frag as mma_b_frag, acc_at as mma_acc_at
 from gemm.gpu.int_mfma import MFMA_THREADS, MFMA_TILES, mfma_emulated, mfma_store
 from gemm.gpu.int_mfma import a_frag as mfma_a_frag, b_frag as mfma_b_frag, acc_at as mfma_acc_at
-from gemm.gpu.f32_tiled import F32Call, smem_floats, f32_items, f32_item, f32_prologue_phase, f32_main_phase
+from gemm.gpu.f32_tiled import (
+    F32Call,
+    smem_floats,
+    slab_floats,
+    f32_items,
+    f32_item,
+    f32_prologue_phase,
+    f32_main_phase,
+)
 from gemm.gpu.route import (
     ROUTE_THREADS,
     ROUTE_MAX_BLOCKS,
@@ -124,43 +132,40 @@ def _tiled_run[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int, TN: I
     """f32_tiled_kernel's launch: for each block, its items in turn; for each item the
     prologue phase of every thread, then each main phase of every thread (the order
     of the threads reversed on every other phase); shared memory a host buffer, each
-    thread's registers (acc, slot0) kept between phases."""
+    thread's accumulators (acc) kept between phases."""
     comptime NT = (BM // TM) * (BN // TN)
     comptime N = TM * TN
     var a = Pointer[Scalar[adt], MutAnyOrigin](unsafe_from_address=a_addr)
     var b = Pointer[Scalar[bdt], MutAnyOrigin](unsafe_from_address=b_addr)
     var smem = unsafe_alloc[Float32](smem_floats(BM, BN, BK), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
-    var slab = unsafe_alloc[Float32](max(1, grid * call.nsl * N * NT), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var slab = unsafe_alloc[Float32](grid * slab_floats(call.nsl, N, NT), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
     var accs = unsafe_alloc[Float32](NT * N, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
-    var slots = unsafe_alloc[Float32](NT * N, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    for i in range(grid * slab_floats(call.nsl, N, NT)):
+        slab.unsafe_store(i, Float32(-9.0))  # stale slab: never read as data
     for i in range(smem_floats(BM, BN, BK)):
         smem.unsafe_store(i, Float32(-7.0))  # stale shared memory: never read as data
     var items = f32_items(BM, BN, call)
     for blk in range(grid):
-        var slab_blk = slab.unsafe_offset(blk * call.nsl * N * NT)
+        var slab_blk = slab.unsafe_offset(blk * slab_floats(call.nsl, N, NT))
         var item = blk
         while item < items:
             var it = f32_item(BM, BN, BK, call, item)
             for i in range(NT * N):
                 accs.unsafe_store(i, Float32(0))
-                slots.unsafe_store(i, Float32(0))
             for tid in range(NT):
                 f32_prologue_phase[adt, bdt, BM, BN, BK, NT](a, b, smem, call, it, tid)
             for t in range(it.ntk):
                 for q in range(NT):
                     var tid = NT - 1 - q if (blk + t) % 2 == 1 else q
                     var acc = accs.unsafe_load[width=N](tid * N)
-                    var slot0 = slots.unsafe_load[width=N](tid * N)
                     f32_main_phase[adt, bdt, BM, BN, BK, TM, TN, NT](
-                        a, b, smem, call, it, t, tid, fast, acc, slot0, slab_blk, dst
+                        a, b, smem, call, it, t, tid, fast, acc, slab_blk, dst
                     )
                     accs.unsafe_store(tid * N, acc)
-                    slots.unsafe_store(tid * N, slot0)
             item += grid
     smem.unsafe_free()
     slab.unsafe_free()
     accs.unsafe_free()
-    slots.unsafe_free()
 
 
 def _tiled_shape[adt: DType, bdt: DType](

@@ -11,9 +11,10 @@ WHAT IT COMPUTES
     acc = ftz(fma(a, b, acc)) (chain_step), or the bare fma where rule 6.7 proved the
     flush idle (chain_step_exact; `fast`, uniform over the launch). When a leaf ends
     (at a multiple of L, possibly inside a k-tile when L is not a multiple of BK) the
-    leaf value enters the streaming pairwise tree (rule 6.4): level 0 waits in
-    registers, levels 1.. in this thread's own entries of a per-block slab in global
-    memory (level j is touched once every 2**(j+1) leaves). After the run's last leaf
+    leaf value enters the streaming pairwise tree (rule 6.4): the waiting levels live
+    in this thread's own entries of a per-block slab in global memory (level j is
+    touched once every 2**(j+1) leaves; keeping level 0 in registers instead cost 64
+    registers a thread and made the BIG shape spill: ptxas -v, sm_90a). After the run's last leaf
     the waiting levels are folded and the value is stored: into C, or into
     roots[run][i][j] for the tree kernel to fold (rule 6.8).
 
@@ -26,7 +27,7 @@ HOW IT IS RUN
     kernels.mojo: f32_tiled_kernel calls f32_prologue_phase, barrier, then per k-tile
     f32_main_phase, barrier, for each work item of its block (persistent blocks).
     cpu_run.mojo: the same phases for every thread of a block in turn, the shared
-    memory a host buffer, the registers (acc, slot0) kept per thread between phases.
+    memory a host buffer, each thread's accumulators kept between phases.
     Thread order alternates between blocks, so a phase that read what another thread
     wrote in the same phase would give different bits and fail the tests.
 
@@ -82,7 +83,7 @@ struct F32Call(ImplicitlyCopyable, Movable):
     var nleaves: Int
     var run_leaves: Int  # leaves one block folds: a power of two when nruns > 1 (6.8)
     var nruns: Int  # ceil(nleaves / run_leaves); > 1: roots[run][i][j], then the tree kernel
-    var nsl: Int  # slab levels a block slot holds (tree levels 1 .. nsl)
+    var nsl: Int  # the highest tree level that waits: a block's slab holds levels 0 .. nsl
 
 
 @fieldwise_init
@@ -119,8 +120,9 @@ def f32_item(BM: Int, BN: Int, BK: Int, call: F32Call, item: Int) -> F32Item:
 
 @always_inline
 def slab_levels(run_leaves: Int) -> Int:
-    """Tree levels above 0 that wait while one run of this many leaves is folded:
-    the largest trailing-ones count of a leaf index before the last."""
+    """The highest tree level that waits while one run of this many leaves is
+    folded: the largest trailing-ones count of a leaf index before the last (a
+    block's slab holds levels 0 .. this one)."""
     var n = 0
     var v = max(run_leaves - 1, 0)
     while v > 1:
@@ -149,6 +151,22 @@ def _b_elem(BN: Int, BK: Int, b_cs: Int, e: Int) -> Tuple[Int, Int]:
 
 
 @always_inline
+def _a_step(BM: Int, BK: Int, NT: Int, a_ks: Int) -> Tuple[Int, Int]:
+    """(row, kk) step from a thread's A element e to e + NT: _a_elem is linear in e
+    by NT steps when NT is a multiple of BK and of BM (checked where it matters)."""
+    if a_ks == 1:
+        return (NT // BK, 0)
+    return (0, NT // BM)
+
+
+@always_inline
+def _b_step(BN: Int, BK: Int, NT: Int, b_cs: Int) -> Tuple[Int, Int]:
+    if b_cs == 1:
+        return (0, NT // BN)
+    return (NT // BK, 0)
+
+
+@always_inline
 def f32_fetch[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, NT: Int](
     a: Pointer[Scalar[adt], MutAnyOrigin], b: Pointer[Scalar[bdt], MutAnyOrigin],
     call: F32Call, it: F32Item, t: Int, tid: Int,
@@ -157,25 +175,37 @@ def f32_fetch[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, NT: Int](
     float32 operands (bf16 widened, DAZ: rule 6.1); +0 outside A, B or the run."""
     comptime APT = cdiv(BM * BK, NT)
     comptime BPT = cdiv(BN * BK, NT)
+    comptime assert APT == 1 or (NT % BK == 0 and NT % BM == 0), "A staging steps"
+    comptime assert BPT == 1 or (NT % BK == 0 and NT % BN == 0), "B staging steps"
     var kt0 = it.kbeg + t * BK
     var va = SIMD[DType.float32, APT](0)
     var vb = SIMD[DType.float32, BPT](0)
+    # element q of the thread is element tid + q * NT: its (row, kk) is the first's
+    # plus q times a fixed step (NT is a multiple of BK, BM and BN where q > 0)
+    var pa = _a_elem(BM, BK, call.a_ks, tid)
+    var sa = _a_step(BM, BK, NT, call.a_ks)
+    var i = it.i0 + pa[0]
+    var kk = kt0 + pa[1]
+    var off = i * call.a_rs + kk * call.a_ks
+    var doff = sa[0] * call.a_rs + sa[1] * call.a_ks
     comptime for q in range(APT):
-        var e = tid + q * NT
-        if e < BM * BK:
-            var p = _a_elem(BM, BK, call.a_ks, e)
-            var i = it.i0 + p[0]
-            var kk = kt0 + p[1]
-            if i < call.m and kk < it.kend:
-                va[q] = load_operand[adt](a, i * call.a_rs + kk * call.a_ks)
+        if tid + q * NT < BM * BK and i < call.m and kk < it.kend:
+            va[q] = load_operand[adt](a, off)
+        i += sa[0]
+        kk += sa[1]
+        off += doff
+    var pb = _b_elem(BN, BK, call.b_cs, tid)
+    var sb = _b_step(BN, BK, NT, call.b_cs)
+    var j = it.j0 + pb[0]
+    var kb = kt0 + pb[1]
+    var offb = j * call.b_cs + kb * call.b_ks
+    var doffb = sb[0] * call.b_cs + sb[1] * call.b_ks
     comptime for q in range(BPT):
-        var e = tid + q * NT
-        if e < BN * BK:
-            var p = _b_elem(BN, BK, call.b_cs, e)
-            var j = it.j0 + p[0]
-            var kk = kt0 + p[1]
-            if j < call.n and kk < it.kend:
-                vb[q] = load_operand[bdt](b, j * call.b_cs + kk * call.b_ks)
+        if tid + q * NT < BN * BK and j < call.n and kb < it.kend:
+            vb[q] = load_operand[bdt](b, offb)
+        j += sb[0]
+        kb += sb[1]
+        offb += doffb
     return (va, vb)
 
 
@@ -190,16 +220,22 @@ def f32_stash[BM: Int, BN: Int, BK: Int, NT: Int, AS: AddressSpace](
     comptime BMP = pad4(BM)
     comptime BNP = pad4(BN)
     var base = buf * BK * (BMP + BNP)
+    var pa = _a_elem(BM, BK, call.a_ks, tid)
+    var sa = _a_step(BM, BK, NT, call.a_ks)
+    var at = base + pa[1] * BMP + pa[0]
+    var dat = sa[1] * BMP + sa[0]
     comptime for q in range(APT):
-        var e = tid + q * NT
-        if e < BM * BK:
-            var p = _a_elem(BM, BK, call.a_ks, e)
-            smem.unsafe_store(base + p[1] * BMP + p[0], va[q])
+        if tid + q * NT < BM * BK:
+            smem.unsafe_store(at, va[q])
+        at += dat
+    var pb = _b_elem(BN, BK, call.b_cs, tid)
+    var sb = _b_step(BN, BK, NT, call.b_cs)
+    var bt = base + BK * BMP + pb[1] * BNP + pb[0]
+    var dbt = sb[1] * BNP + sb[0]
     comptime for q in range(BPT):
-        var e = tid + q * NT
-        if e < BN * BK:
-            var p = _b_elem(BN, BK, call.b_cs, e)
-            smem.unsafe_store(base + BK * BMP + p[1] * BNP + p[0], vb[q])
+        if tid + q * NT < BN * BK:
+            smem.unsafe_store(bt, vb[q])
+        bt += dbt
 
 
 # ------------------------------------------------------------------ the chains
@@ -246,31 +282,28 @@ def _steps[BM: Int, BN: Int, BK: Int, TM: Int, TN: Int, exact: Bool, AS: Address
 
 
 @always_inline
-def _slab_at(NT: Int, N: Int, lvl: Int, e: Int, tid: Int) -> Int:
-    """This thread's entry for output e at tree level lvl >= 1 (coalesced over tid)."""
-    return ((lvl - 1) * N + e) * NT + tid
+def slab_floats(nsl: Int, N: Int, NT: Int) -> Int:
+    """A block's slab: levels 0 .. nsl of N outputs for each of NT threads."""
+    return (nsl + 1) * N * NT
 
 
 @always_inline
-def _slab_load[N: Int](slab: F32Ptr, NT: Int, lvl: Int, tid: Int) -> SIMD[DType.float32, N]:
-    var v = SIMD[DType.float32, N](0)
+def _slab_at(NT: Int, N: Int, lvl: Int, e: Int, tid: Int) -> Int:
+    """This thread's entry for output e at tree level lvl (coalesced over tid)."""
+    return (lvl * N + e) * NT + tid
+
+
+@always_inline
+def _slab_merge[N: Int](slab: F32Ptr, NT: Int, lvl: Int, tid: Int, mut v: SIMD[DType.float32, N]):
+    """v = tree_add(slab level lvl, v), output by output (one slab value live at a time)."""
     comptime for e in range(N):
-        v[e] = slab.unsafe_load(_slab_at(NT, N, lvl, e, tid))
-    return v
+        v[e] = tree_add[1](slab.unsafe_load(_slab_at(NT, N, lvl, e, tid)), v[e])[0]
 
 
 @always_inline
 def _slab_store[N: Int](slab: F32Ptr, NT: Int, lvl: Int, tid: Int, v: SIMD[DType.float32, N]):
     comptime for e in range(N):
         slab.unsafe_store(_slab_at(NT, N, lvl, e, tid), v[e])
-
-
-@always_inline
-def _tree_add_n[N: Int](a: SIMD[DType.float32, N], b: SIMD[DType.float32, N]) -> SIMD[DType.float32, N]:
-    var v = SIMD[DType.float32, N](0)
-    comptime for e in range(N):
-        v[e] = tree_add[1](a[e], b[e])[0]
-    return v
 
 
 @always_inline
@@ -291,30 +324,24 @@ def f32_store[BM: Int, BN: Int, TM: Int, TN: Int](
 @always_inline
 def _leaf_done[BM: Int, BN: Int, TM: Int, TN: Int, NT: Int](
     call: F32Call, it: F32Item, p: Int, tid: Int, tx: Int, ty: Int,
-    acc: SIMD[DType.float32, TM * TN], mut slot0: SIMD[DType.float32, TM * TN],
-    slab: F32Ptr, dst: F32Ptr,
+    acc: SIMD[DType.float32, TM * TN], slab: F32Ptr, dst: F32Ptr,
 ):
     """Leaf p (counted from the run's first leaf) enters the streaming tree (6.4):
-    merged with the levels below its trailing one-bits (level 0 from registers,
-    the others from the slab), then parked at the next level; after the run's last
-    leaf the waiting levels are folded from the lowest up and the value stored."""
+    merged with the levels below its trailing one-bits (each waiting in the slab),
+    then parked at the next level; after the run's last leaf the waiting levels are
+    folded from the lowest up and the value stored."""
     comptime N = TM * TN
     var t = trailing_ones(p)
     var v = acc
-    if t > 0:
-        v = _tree_add_n[N](slot0, v)
-    for lvl in range(1, t):
-        v = _tree_add_n[N](_slab_load[N](slab, NT, lvl, tid), v)
+    for lvl in range(t):
+        _slab_merge[N](slab, NT, lvl, tid, v)
     if p + 1 < it.nloc:
-        if t == 0:
-            slot0 = v
-        else:
-            _slab_store[N](slab, NT, t, tid, v)
+        _slab_store[N](slab, NT, t, tid, v)
         return
     var lvl = t + 1
     while (it.nloc >> lvl) > 0:
         if ((it.nloc >> lvl) & 1) != 0:
-            v = _tree_add_n[N](_slab_load[N](slab, NT, lvl, tid), v)
+            _slab_merge[N](slab, NT, lvl, tid, v)
         lvl += 1
     f32_store[BM, BN, TM, TN](dst, call, it, tx, ty, v)
 
@@ -322,9 +349,7 @@ def _leaf_done[BM: Int, BN: Int, TM: Int, TN: Int, NT: Int](
 @always_inline
 def f32_compute[BM: Int, BN: Int, BK: Int, TM: Int, TN: Int, NT: Int, AS: AddressSpace](
     smem: Pointer[Float32, MutAnyOrigin, address_space=AS], call: F32Call, it: F32Item,
-    t: Int, tid: Int, fast: Bool,
-    mut acc: SIMD[DType.float32, TM * TN], mut slot0: SIMD[DType.float32, TM * TN],
-    slab: F32Ptr, dst: F32Ptr,
+    t: Int, tid: Int, fast: Bool, mut acc: SIMD[DType.float32, TM * TN], slab: F32Ptr, dst: F32Ptr,
 ):
     """Multiply staged k-tile t (buffer t % 2) into the chains, splitting it where a
     leaf ends (rule 6.2: leaf j ends at (j + 1) * L or at k)."""
@@ -346,7 +371,7 @@ def f32_compute[BM: Int, BN: Int, BK: Int, TM: Int, TN: Int, NT: Int, AS: Addres
         else:
             _steps[BM, BN, BK, TM, TN, False](smem, abase, bbase, pos - kt0, seg_end - kt0, tx, ty, acc)
         if seg_end == leaf_end:
-            _leaf_done[BM, BN, TM, TN, NT](call, it, lf - it.l0, tid, tx, ty, acc, slot0, slab, dst)
+            _leaf_done[BM, BN, TM, TN, NT](call, it, lf - it.l0, tid, tx, ty, acc, slab, dst)
             acc = SIMD[DType.float32, TM * TN](0)
         pos = seg_end
 
@@ -367,9 +392,7 @@ def f32_prologue_phase[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, NT: In
 def f32_main_phase[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int, TN: Int, NT: Int, AS: AddressSpace](
     a: Pointer[Scalar[adt], MutAnyOrigin], b: Pointer[Scalar[bdt], MutAnyOrigin],
     smem: Pointer[Float32, MutAnyOrigin, address_space=AS], call: F32Call, it: F32Item,
-    t: Int, tid: Int, fast: Bool,
-    mut acc: SIMD[DType.float32, TM * TN], mut slot0: SIMD[DType.float32, TM * TN],
-    slab: F32Ptr, dst: F32Ptr,
+    t: Int, tid: Int, fast: Bool, mut acc: SIMD[DType.float32, TM * TN], slab: F32Ptr, dst: F32Ptr,
 ):
     """Between barriers t and t + 1: fetch k-tile t + 1 into registers, multiply
     tile t from buffer t % 2, store tile t + 1 into the other buffer."""
@@ -377,6 +400,6 @@ def f32_main_phase[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int, T
     var v = (SIMD[DType.float32, cdiv(BM * BK, NT)](0), SIMD[DType.float32, cdiv(BN * BK, NT)](0))
     if nxt:
         v = f32_fetch[adt, bdt, BM, BN, BK, NT](a, b, call, it, t + 1, tid)
-    f32_compute[BM, BN, BK, TM, TN, NT](smem, call, it, t, tid, fast, acc, slot0, slab, dst)
+    f32_compute[BM, BN, BK, TM, TN, NT](smem, call, it, t, tid, fast, acc, slab, dst)
     if nxt:
         f32_stash[BM, BN, BK, NT](smem, (t + 1) % 2, call, tid, v[0], v[1])

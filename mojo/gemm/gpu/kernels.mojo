@@ -46,6 +46,7 @@ from gemm.gpu.int_mfma import MFMA_THREADS, MFMA_TILES, mfma_main_phase, mfma_st
 from gemm.gpu.f32_tiled import (
     F32Call,
     smem_floats,
+    slab_floats,
     f32_items,
     f32_item,
     f32_prologue_phase,
@@ -104,7 +105,7 @@ def f32_tiled_kernel[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int,
     """fp32.v1 rules 6.1-6.4, 6.7, 6.8 (f32_tiled.mojo): 1-D grid of persistent
     blocks of (BM / TM) * (BN / TN) threads, each block looping over the work items
     (output tile, run of leaves) block_idx.x, + grid_dim.x, ...; `dst` is C
-    (nruns = 1) or roots[nruns][m][n]; `slab` holds nsl tree levels per block."""
+    (nruns = 1) or roots[nruns][m][n]; `slab` holds tree levels 0 .. nsl per block."""
     comptime NT = (BM // TM) * (BN // TN)
     comptime N = TM * TN
     var smem = stack_allocation[
@@ -115,17 +116,16 @@ def f32_tiled_kernel[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int,
     var tid = Int(thread_idx.x)
     var fast = route.unsafe_load(0) != 0
     var blk = Int(block_idx.x)
-    var slab_blk = slab.unsafe_offset(blk * Int(nsl) * N * NT)
+    var slab_blk = slab.unsafe_offset(blk * slab_floats(Int(nsl), N, NT))
     var items = f32_items(BM, BN, call)
     for item in range(blk, items, Int(grid_dim.x)):
         var it = f32_item(BM, BN, BK, call, item)
         var acc = SIMD[DType.float32, N](0)
-        var slot0 = SIMD[DType.float32, N](0)
         f32_prologue_phase[adt, bdt, BM, BN, BK, NT](a, b, smem, call, it, tid)
         barrier()
         for t in range(it.ntk):
             f32_main_phase[adt, bdt, BM, BN, BK, TM, TN, NT](
-                a, b, smem, call, it, t, tid, fast, acc, slot0, slab_blk, dst
+                a, b, smem, call, it, t, tid, fast, acc, slab_blk, dst
             )
             barrier()
 

@@ -49,6 +49,7 @@ from gemm.gpu.threads import (
     f32_route_prepass,
 )
 from gemm.gpu.route import ROUTE_THREADS, ROUTE_MAX_BLOCKS, route_blocks
+from gemm.gpu.f32_tiled import slab_floats
 from gemm.gpu.kernels import (
     exponent_min_kernel,
     route_kernel,
@@ -74,7 +75,7 @@ def _tiled_launch[adt: DType, bdt: DType, BM: Int, BN: Int, BK: Int, TM: Int, TN
     sa: Tuple[Int, Int], sb: Tuple[Int, Int],
 ) raises:
     comptime NT = (BM // TM) * (BN // TN)
-    var slab = ctx.enqueue_create_buffer[DType.float32](max(1, plan.grid * plan.nsl * TM * TN * NT))
+    var slab = ctx.enqueue_create_buffer[DType.float32](plan.grid * slab_floats(plan.nsl, TM * TN, NT))
     ctx.enqueue_function[f32_tiled_kernel[adt, bdt, BM, BN, BK, TM, TN]](
         pa, pb, dst, slab.unsafe_ptr(), route,
         Int32(m), Int32(n), Int32(k), Int64(sa[0]), Int64(sa[1]), Int64(sb[0]), Int64(sb[1]),
