@@ -23,8 +23,16 @@
 #   5       conformance on the CPU build (MOJOLEARN_DEVICE=cpu); GPU: also on the GPU build
 #           (MOJOLEARN_DEVICE=gpu; the run must name mojolearn._native_gpu)
 #   6 GPU   GPU vs CPU bits on fresh random cases (new seed each run, printed)
+#   6a GPU  GPU vs CPU bits of every GEMM route (bench/gpu_gemm_check.py bits: the
+#           tiled fp32.v1 kernel's shapes, split k, L = 129, both routes of rule 6.8,
+#           bf16, the integer matrix-unit kernels, A quantized on the device, resident
+#           torch tensors), before any timing
 #   6b GPU  device-resident operands: tests/test_gpu_resident.py (torch CUDA tensors
 #           in and out, the torch mode on CUDA) and their timing against torch.mm (fp32)
+#   6c GPU  the GEMM bars (bench/gpu_gemm_check.py time): fp32.v1 NN / NT 2048^3 and
+#           4096^3 vs torch.mm fp32 (TF32 off), decode 1 / 16 x 4096 x 4096 with the
+#           weight resident, int8 / int15 at 4096^3 over fp32.v1; written to
+#           bench/results/gemm-gpu-<arch>.json
 #   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed (its model rows
 #           are left to step 8)
 #   8       the models on the GPU (bench/device_model_check.py): tiny models GPU vs CPU
@@ -36,14 +44,16 @@
 #           and sabotage arms through the CPU run of the GPU bodies (--reference).
 #           A machine without the SmolLM2 file fails this step naming the figures owed
 #           (DEVICE_CHECK_ALLOW_NO_MODEL=1 accepts that)
-# Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 240),
+# --cpu-half also checks this script's syntax (bash -n), that every Python block in it
+# parses, and runs bench/gpu_gemm_check.py bits / time with the CPU build standing in.
+# Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 180),
 # MODEL_TIMEOUT (step 8, seconds, default 300).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 MOJO=${MOJO:-$ROOT/.venv/bin/mojo}
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
 MODEL_TIMEOUT=${MODEL_TIMEOUT:-300}
 MODEL=""
 CPU_HALF=0
@@ -55,7 +65,7 @@ while [ $# -gt 0 ]; do
         --arch) ARCH="$2"; shift ;;
         --prebuilt) PREBUILT="$2"; shift ;;
         --model) MODEL="$2"; shift ;;
-        -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
         *) echo "device_check: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -153,6 +163,18 @@ if [ "$CPU_HALF" = 0 ]; then
 fi
 
 if [ "$CPU_HALF" = 1 ]; then
+    step "5b the GPU steps' own code, on the CPU"
+    bash -n "$0"
+    "$PY" - "$0" <<'EOF'
+import ast, re, sys
+text = open(sys.argv[1]).read()
+blocks = re.findall(r"<<'EOF'[^\n]*\n(.*?)\nEOF\n", text, re.S)
+for b in blocks:
+    ast.parse(b)
+print(f"{len(blocks)} Python blocks of device_check.sh parse")
+EOF
+    "$PY" bench/gpu_gemm_check.py bits --cpu-half
+    "$PY" bench/gpu_gemm_check.py time --cpu-half --out "$WORK/gemm-cpu-stand-in.json"
     step "8 the models' GPU path through the CPU run of its bodies (tiny, sabotage arm)"
     "$PY" bench/device_model_check.py --reference 2>&1 | { grep -v -e SpeedWarning -e '_profiles.resolve' || true; }
     [ "${PIPESTATUS[0]}" = 0 ] || { echo "device_check: step 8 (reference) FAILED" >&2; exit 1; }
@@ -229,7 +251,7 @@ for m, n, k in f32_shapes:
                 b = to_bf16(b)
             cg = np.full((m, n), 7, np.float32)
             cc = np.full((m, n), 9, np.float32)
-            args = (A(a), A(b), None, m, n, k, ta, tb, abf, bbf, 2, 0, 0, 0)
+            args = (A(a), A(b), None, m, n, k, ta, tb, abf, bbf, 0, 2, 0, 0, 0)  # mode 0: identical
             gpu.gemm_f32(args[:2] + (A(cg),) + args[3:])
             cpu.gemm_f32(args[:2] + (A(cc),) + args[3:])
             lay = "TN" if ta else ("NT" if tb else "NN")
@@ -293,6 +315,10 @@ print(f"{len(rows) - bad} of {len(rows)} cases give the CPU's bits")
 sys.exit(1 if bad else 0)
 EOF
 
+# ---------------------------------------------------------------- 6a every GEMM route, bits
+step "6a GPU vs CPU bits of every GEMM route (bench/gpu_gemm_check.py bits)"
+"$PY" bench/gpu_gemm_check.py bits ${DEVICE_CHECK_SEED:+--seed "$DEVICE_CHECK_SEED"}
+
 # ---------------------------------------------------------------- 6b device-resident operands
 step "6b device-resident operands (torch tensors on the GPU): tests and timing"
 RES_FAIL=0
@@ -337,6 +363,11 @@ json.dump({"device": torch.cuda.get_device_name(0), "rows": rows},
           open(os.environ["RES_JSON"], "w"), indent=1)
 EOF
 
+# ---------------------------------------------------------------- 6c the GEMM bars
+step "6c the GEMM bars: fp32.v1 vs torch.mm fp32, decode, int8 / int15 (bench/gpu_gemm_check.py time)"
+DEVICE_CHECK_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
+    "$PY" bench/gpu_gemm_check.py time --out "$WORK/gemm-gpu-$ARCH.json" || RES_FAIL=1
+
 # ---------------------------------------------------------------- 7 bench
 step "7 bench/run.py on the GPU build (timeout ${BENCH_TIMEOUT}s)"
 set +e
@@ -361,11 +392,11 @@ MODEL_RC=${PIPESTATUS[0]}
 set -e
 
 mkdir -p "${DEVICE_CHECK_OUT:-$ROOT/bench/results}"
-cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/model-gpu-*.json \
+cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/gemm-gpu-*.json "$WORK"/model-gpu-*.json \
     "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
 
 if [ "$RES_FAIL" != 0 ]; then
-    echo "device_check: step 6b (device-resident operands) FAILED; see above" >&2
+    echo "device_check: step 6b / 6c (device-resident operands, GEMM bars) FAILED; see above" >&2
     exit 1
 fi
 if [ "$MODEL_RC" = 3 ] && [ "${DEVICE_CHECK_ALLOW_NO_MODEL:-0}" = 1 ]; then

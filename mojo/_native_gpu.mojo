@@ -318,6 +318,60 @@ def gemm_f32_resident(args: PythonObject) raises -> PythonObject:
     return PythonObject(0)
 
 
+def gemm_int8_resident(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a codes, a exps, b codes, b exps, c, m, n, k), every address in this
+    device's memory: int8i32.v1 with no copy either way; returns when C is written."""
+    var cc = _arg(args, 4)
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        G.gemm_int_resident(_context(), 1, _arg(args, 0), _arg(args, 0), _arg(args, 1), _arg(args, 2),
+                            _arg(args, 2), _arg(args, 3), cc, _arg(args, 5), _arg(args, 6), _arg(args, 7))
+    except e:
+        err = String(_fail("gemm_int8_resident", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+def gemm_int15_resident(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a hi, a lo, a exps, b hi, b lo, b exps, c, m, n, k), every address in
+    this device's memory: int15i64.v1 with no copy either way."""
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        G.gemm_int_resident(_context(), 2, _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3),
+                            _arg(args, 4), _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8),
+                            _arg(args, 9))
+    except e:
+        err = String(_fail("gemm_int15_resident", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
+def gemm_int15_quant_a_resident(args: PythonObject) raises -> PythonObject:
+    """Arguments: (a f32, b hi, b lo, b exps, c, m, n, k), every address in this device's
+    memory: a quantized to int15 on the device (W-1, W-2), then int15i64.v1 with b."""
+    ref c = Python().cpython()
+    var st = c.PyEval_SaveThread()
+    var err = String()
+    try:
+        G.gemm_int15_quantize_a_resident(_context(), _arg(args, 0), _arg(args, 1), _arg(args, 2),
+                                         _arg(args, 3), _arg(args, 4), _arg(args, 5), _arg(args, 6),
+                                         _arg(args, 7))
+    except e:
+        err = String(_fail("gemm_int15_quant_a_resident", e))
+    c.PyEval_RestoreThread(st)
+    if err:
+        raise Error(err)
+    return PythonObject(None)
+
+
 def nn_add_resident(args: PythonObject) raises -> PythonObject:
     """Arguments: (x, ldx, y, ldy, out, ldo, n, rows), addresses in this device's
     memory: out = ftz(x + y) row by row (ldy 0: one row y added to every row)."""
@@ -396,6 +450,9 @@ def PyInit__native_gpu() abi("C") -> PythonObject:
         m.def_function[gemm_int8]("gemm_int8")
         m.def_function[gemm_int15]("gemm_int15")
         m.def_function[gemm_f32_resident]("gemm_f32_resident")
+        m.def_function[gemm_int8_resident]("gemm_int8_resident")
+        m.def_function[gemm_int15_resident]("gemm_int15_resident")
+        m.def_function[gemm_int15_quant_a_resident]("gemm_int15_quant_a_resident")
         m.def_function[nn_add_resident]("nn_add_resident")
         # the GPU model (transformer/gpu/model_entry.mojo): device memory and programs
         m.def_function[dev_alloc]("dev_alloc")

@@ -21,12 +21,17 @@ WHAT IS CHECKED BEYOND "IT COMPILES"
 from max.gpu.host import get_gpu_target
 from max.gpu.host.compile import _compile_code
 from gemm.gpu.kernels import (
-    f32_leaves_kernel,
-    f32_leaves_tiled_kernel,
+    exponent_min_kernel,
+    route_kernel,
+    route_flushing_kernel,
+    f32_tiled_kernel,
     f32_tree_kernel,
-    int8_gemm_kernel,
-    int15_gemm_kernel,
+    int_simt_kernel,
+    int_mma_kernel,
+    int_mfma_kernel,
 )
+from gemm.gpu.threads import BIG_BM, BIG_BN, BIG_BK, BIG_TM, BIG_TN, THIN_BN, THIN_BK
+from gemm.gpu.threads import SMALL_BM, SMALL_BN, SMALL_BK, SMALL_TM, SMALL_TN
 from convert.gpu.kernels import (
     to_bf16_kernel,
     from_bf16_kernel,
@@ -107,20 +112,38 @@ def _one[func_type: TrivialRegisterPassable, //, func: func_type, tgt: StaticStr
     _check(String(info.asm), kind, name, String(tgt), t)
 
 
+def _tiled[adt: DType, bdt: DType, tgt: StaticString](dts: String, kind: String, mut t: Tally) raises:
+    """The four shapes of the fp32.v1 tiled kernel (threads.mojo) for one operand pair."""
+    _one[f32_tiled_kernel[adt, bdt, BIG_BM, BIG_BN, BIG_BK, BIG_TM, BIG_TN], tgt](
+        String("f32_tiled_big[", dts, "]"), kind, t)
+    _one[f32_tiled_kernel[adt, bdt, 1, THIN_BN, THIN_BK, 1, 1], tgt](
+        String("f32_tiled_thin1[", dts, "]"), kind, t)
+    _one[f32_tiled_kernel[adt, bdt, 16, THIN_BN, THIN_BK, 16, 1], tgt](
+        String("f32_tiled_thin16[", dts, "]"), kind, t)
+    _one[f32_tiled_kernel[adt, bdt, SMALL_BM, SMALL_BN, SMALL_BK, SMALL_TM, SMALL_TN], tgt](
+        String("f32_tiled_small[", dts, "]"), kind, t)
+
+
 def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     """Every kernel (every instantiation the host side launches) for one target."""
     var t = Tally()
-    _one[f32_leaves_kernel[F32, F32], tgt]("f32_leaves[f32,f32]", kind, t)
-    _one[f32_leaves_kernel[F32, BF], tgt]("f32_leaves[f32,bf16]", kind, t)
-    _one[f32_leaves_kernel[BF, F32], tgt]("f32_leaves[bf16,f32]", kind, t)
-    _one[f32_leaves_kernel[BF, BF], tgt]("f32_leaves[bf16,bf16]", kind, t)
-    _one[f32_leaves_tiled_kernel[F32, F32], tgt]("f32_leaves_tiled[f32,f32]", kind, t)
-    _one[f32_leaves_tiled_kernel[F32, BF], tgt]("f32_leaves_tiled[f32,bf16]", kind, t)
-    _one[f32_leaves_tiled_kernel[BF, F32], tgt]("f32_leaves_tiled[bf16,f32]", kind, t)
-    _one[f32_leaves_tiled_kernel[BF, BF], tgt]("f32_leaves_tiled[bf16,bf16]", kind, t)
+    _one[exponent_min_kernel[F32], tgt]("exponent_min[f32]", kind, t)
+    _one[exponent_min_kernel[BF], tgt]("exponent_min[bf16]", kind, t)
+    _one[route_kernel, tgt]("route", kind, t)
+    _one[route_flushing_kernel, tgt]("route_flushing", kind, t)
+    _tiled[F32, F32, tgt]("f32,f32", kind, t)
+    _tiled[F32, BF, tgt]("f32,bf16", kind, t)
+    _tiled[BF, F32, tgt]("bf16,f32", kind, t)
+    _tiled[BF, BF, tgt]("bf16,bf16", kind, t)
     _one[f32_tree_kernel, tgt]("f32_tree", kind, t)
-    _one[int8_gemm_kernel, tgt]("int8_gemm", kind, t)
-    _one[int15_gemm_kernel, tgt]("int15_gemm", kind, t)
+    # integer profiles: planes 1 (int8) and 2 (int15); the tensor-core kernels compile
+    # to their matrix instructions for their own vendor and to an empty body elsewhere
+    _one[int_simt_kernel[1], tgt]("int8_simt", kind, t)
+    _one[int_simt_kernel[2], tgt]("int15_simt", kind, t)
+    _one[int_mma_kernel[1], tgt]("int8_mma", kind, t)
+    _one[int_mma_kernel[2], tgt]("int15_mma", kind, t)
+    _one[int_mfma_kernel[1], tgt]("int8_mfma", kind, t)
+    _one[int_mfma_kernel[2], tgt]("int15_mfma", kind, t)
     _one[to_bf16_kernel, tgt]("to_bf16", kind, t)
     _one[from_bf16_kernel, tgt]("from_bf16", kind, t)
     _one[row_exponent_kernel, tgt]("row_exponent", kind, t)

@@ -111,9 +111,15 @@ ENTRIES = (
     # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
     Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                "b_bf16"), "cpu"),
+    Entry("gpu_ref_gemm_f32_route", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
+                                     "b_bf16", "kernel", "run_leaves", "grid", "route"), "cpu",
+          "ints", "(kernel, route, run_leaves, nruns, grid) as run; -1 / 0 arguments: the plan's"),
     Entry("gpu_ref_gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "cpu"),
     Entry("gpu_ref_gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
                                  "k"), "cpu"),
+    Entry("gpu_ref_gemm_int", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k",
+                               "planes", "backend"), "cpu",
+          doc="planes 1 int8 / 2 int15; backend 0 SIMT, 1 NVIDIA mma, 2 AMD MFMA (emulated)"),
     Entry("gpu_ref_to_bf16", ("src_f32", "dst_u16", "n"), "cpu"),
     Entry("gpu_ref_from_bf16", ("src_u16", "dst_f32", "n"), "cpu"),
     Entry("gpu_ref_quantize_int8", ("src_f32", "codes_i8", "exps_i32", "m", "k"), "cpu"),
@@ -138,6 +144,12 @@ ENTRIES = (
     Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                 "b_bf16", "sabotage"), "gpu", "int",
           "gemm_f32 on device-resident operands (DLPack device tensors): no copies"),
+    Entry("gemm_int8_resident", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "gpu",
+          doc="int8i32.v1, every address in device memory"),
+    Entry("gemm_int15_resident", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
+                                  "k"), "gpu", doc="int15i64.v1, every address in device memory"),
+    Entry("gemm_int15_quant_a_resident", ("a", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k"), "gpu",
+          doc="fixed15_v1's projection: float32 a quantized on the device, then int15i64.v1"),
     Entry("nn_add_resident", ("x", "ldx", "y", "ldy", "out", "ldo", "n", "rows"), "gpu",
           doc="ftz(x + y) row by row on device-resident operands (torch mode's bias add)"),
     # the GPU model (mojo/transformer/gpu/model_entry.mojo): device memory and programs
@@ -175,7 +187,7 @@ def render_stub(kind: str) -> str:
         items = ", ".join(f"{a}: {t}" for a, t in zip(e.args, types))
         tup = f"tuple[{', '.join(types)}]" if e.args else "tuple[()]"
         ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]",
-               "ints": "tuple[int, int]"}[e.returns]
+               "ints": "tuple[int, ...]"}[e.returns]
         note = f"  # ({items})" if items else ""
         lines.append(f"def {e.name}(args: {tup}, /) -> {ret}: ...{note}")
     return "\n".join(lines) + "\n"

@@ -21,18 +21,21 @@ RULES: every rule is the arithmetic layer's (mojo/arith/), called at width 1;
 this file only adapts it to one thread's view (pointers, indices, scalars)
     6.1         daz on every operand (bf16 operands widened first)   arith.fp.daz_bits
     6.2         leaf size                                             arith.tree.leaf_size
-    6.3         leaf_dot: the chain, kk ascending                     arith.tree.chain_step
+    6.3         the chain, kk ascending (f32_tiled.mojo)              arith.tree.chain_step
     6.4         tree_fold: the streaming pairwise tree                arith.tree.tree_add
+    6.8         chain_step_exact: the step with its flush proven idle  (here: a GPU route)
     L-1         bf16 operands widened                                 arith.bf16.widen
     L-5/W-3     ftz(f32(S) * pow2f(ea + eb))                          arith.quant.scale_pow2
     (the converters' adapters are convert/gpu/arith.mojo)
 """
+from std.math import fma
+from std.memory import bitcast
 from common.ptr import F32Ptr, U16Ptr, U32Ptr, I8Ptr, I32Ptr
 from arith.fp import _ftz, daz_bits, f32_of_bits
 from arith.fp import pow2f as _pow2f
 from arith.bf16 import widen
-from arith.tree import leaf_count, chain_step, tree_add, trailing_ones
-from arith.quant import join15, scale_pow2
+from arith.tree import chain_step, tree_add, trailing_ones
+from arith.quant import scale_pow2
 
 # Levels of the binary-counter stack: nleaves <= 1024 by rule 6.2 needs 11; 16 is spare.
 comptime TREE_LEVELS = 16
@@ -55,11 +58,6 @@ def pow2f(e: Int) -> Float32:
     return _pow2f(e)
 
 
-@always_inline
-def leaves_of(k: Int) -> Int:
-    return leaf_count(k)
-
-
 # ------------------------------------------------------------------ fp32.v1
 @always_inline
 def load_operand[dt: DType](p: Pointer[Scalar[dt], MutAnyOrigin], idx: Int) -> Float32:
@@ -72,25 +70,42 @@ def load_operand[dt: DType](p: Pointer[Scalar[dt], MutAnyOrigin], idx: Int) -> F
         return daz(rebind[Float32](p.unsafe_load(idx)))
 
 
-@always_inline
-def leaf_dot[adt: DType, bdt: DType](
-    a: Pointer[Scalar[adt], MutAnyOrigin], a_row: Int, a_step: Int,
-    b: Pointer[Scalar[bdt], MutAnyOrigin], b_col: Int, b_step: Int,
-    kk0: Int, kk1: Int,
-) -> Float32:
-    """fp32.v1 rule 6.3 for one output over the leaf [kk0, kk1).
+# ------------------------------------------------------------------ the flush-free route (6.8)
+# A nonzero finite flushed float32 x is M * 2**(E - 23) with M an integer below 2**24
+# (E = biased exponent - 127), so a product a * b is a multiple of 2**(Ea + Eb - 46).
+# When Ea + Eb >= -80 for every pair a chain multiplies, every product, every exact
+# sum and (rounded to float32) every accumulator is a multiple of 2**-126: a nonzero
+# accumulator is then at least 2**-126 in magnitude, never subnormal, so the flush of
+# chain_step never fires and the bare fma gives its bits. Checked per call on the
+# least biased exponents: ea_min + eb_min >= 2 * 127 - 80.
+comptime NO_EXPONENT = 255  # the "least exponent" of an operand with no nonzero finite element
+comptime FAST_EXPONENT_SUM = 2 * 127 - 80
 
-    a(i, kk) is a[a_row + kk * a_step] and b(kk, j) is b[b_col + kk * b_step]; the
-    caller picks these for its layout (a_strides / b_strides), which changes no bit.
-    """
-    var acc = SIMD[DType.float32, 1](0)
-    var pa = a_row + kk0 * a_step
-    var pb = b_col + kk0 * b_step
-    for _ in range(kk0, kk1):
-        acc = chain_step[1](load_operand[adt](a, pa), load_operand[bdt](b, pb), acc)
-        pa += a_step
-        pb += b_step
-    return acc[0]
+
+@always_inline
+def operand_exponent(x: Float32) -> Int32:
+    """The biased exponent (1..254) of an operand already flushed (6.1) when it is
+    nonzero and finite; NO_EXPONENT for +-0, inf and NaN, which constrain nothing
+    (a zero product is exact, inf and NaN never become subnormal)."""
+    var e = Int32((bitcast[DType.uint32, 1](x)[0] >> 23) & 0xFF)
+    if e == 0:
+        return Int32(NO_EXPONENT)
+    return e
+
+
+@always_inline
+def fast_route_ok(ea_min: Int32, eb_min: Int32) -> Bool:
+    """Rule 6.8's test on the least biased exponents of A and B (each NO_EXPONENT
+    where the operand has no nonzero finite element)."""
+    return Int(ea_min) + Int(eb_min) >= FAST_EXPONENT_SUM
+
+
+@always_inline
+def chain_step_exact[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], acc: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule 6.3's step without its flush, for chains whose operands passed
+    fast_route_ok (rule 6.8): the flush provably never fires there, so this is
+    chain_step bit for bit. One fused multiply-add (fma.rn.f32 on NVIDIA)."""
+    return fma(a, b, acc)
 
 
 @always_inline
@@ -141,31 +156,6 @@ def tree_fold(parts: F32Ptr, stride: Int, nleaves: Int) -> Float32:
 
 
 # ------------------------------------------------------------------ integer GEMMs
-@always_inline
-def dot_int8(a: I8Ptr, b: I8Ptr, k: Int) -> Int32:
-    """Exact sum of code products over k (exact in int32 for |code| <= 127 and
-    k <= 131072, the L-7 domain; the CPU kernels accumulate in int32 too)."""
-    var s = Int32(0)
-    for kk in range(k):
-        s += Int32(a.unsafe_load(kk)) * Int32(b.unsafe_load(kk))
-    return s
-
-
-@always_inline
-def code15(hi: I8Ptr, lo: I8Ptr, idx: Int) -> Int32:
-    """The 15-bit code hi * 128 + lo (W-2)."""
-    return join15[1](hi.unsafe_load(idx), lo.unsafe_load(idx))[0]
-
-
-@always_inline
-def dot_int15(ahi: I8Ptr, alo: I8Ptr, bhi: I8Ptr, blo: I8Ptr, k: Int) -> Int64:
-    """Exact int64 sum of (hi*128 + lo) products over k (each product fits int32)."""
-    var s = Int64(0)
-    for kk in range(k):
-        s += Int64(code15(ahi, alo, kk) * code15(bhi, blo, kk))
-    return s
-
-
 @always_inline
 def int_epilogue[dt: DType](s: Scalar[dt], ea: Int32, eb: Int32) -> Float32:
     """ftz(f32(S) * pow2f(ea + eb)) (L-5, W-3): f32(S) one round to nearest even."""
