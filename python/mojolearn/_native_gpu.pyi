@@ -23,5 +23,5 @@ def dev_free(args: tuple[int, int], /) -> None: ...  # (address: int, nbytes: in
 def dev_upload(args: tuple[int, int, int], /) -> None: ...  # (dst_dev: int, src_host: int, nbytes: int)
 def dev_download(args: tuple[int, int, int], /) -> None: ...  # (dst_host: int, src_dev: int, nbytes: int)
 def dev_zero(args: tuple[int, int], /) -> None: ...  # (address: int, nbytes: int)
-def dev_memory(args: tuple[()], /) -> tuple[int, int]: ...
+def dev_memory(args: tuple[()], /) -> tuple[int, ...]: ...
 def nn_program_dev(args: tuple[list[tuple]], /) -> None: ...  # (ops: list[tuple])
