@@ -15,7 +15,7 @@ OPS (arguments as the gpu_ref_* entry of the same name, see _native_api.py)
     nn_gather, nn_rmsnorm, nn_rope_table, nn_rope, nn_kv_append, nn_attention,
     nn_silu_mul, nn_add, nn_sample, nn_argmax       transformer/gpu kernels
     gemm_f32                                        gemm.gpu.launch.gemm_f32_resident
-    gemm_int15                                      gemm.gpu.kernels.int15_gemm_kernel
+    gemm_int15                                      gemm.gpu.launch._int_launches[2]
     quantize_int15, dequantize_int8                 convert.gpu kernels
     The int8-stored weights of fp32_v1 are widened by the existing dequantize kernel
     into a scratch float32 panel (rule L-6, exact: the materialized weights of M-26)
@@ -33,9 +33,7 @@ from max.gpu.host import DeviceContext, DeviceBuffer
 from common.gpu import B1, blocks_1d, cdiv, host_ptr
 from convert.gpu.arith import INT15_SHIFT
 from convert.gpu.kernels import row_exponent_kernel, quantize_int15_kernel, dequantize_int8_kernel
-from gemm.gpu.threads import BX, BY
-from gemm.gpu.kernels import int15_gemm_kernel
-from gemm.gpu.launch import gemm_f32_resident, MAX_GRID_Y
+from gemm.gpu.launch import gemm_f32_resident, _int_launches
 from transformer.gpu.kernels import (
     rmsnorm_kernel, silu_mul_kernel, add_kernel, rope_table_kernel, rope_kernel, attention_kernel,
 )
@@ -237,19 +235,11 @@ def _gemm_int15(
     ctx: DeviceContext, ahi: Int, alo: Int, ea: Int, bhi: Int, blo: Int, eb: Int, c: Int,
     m: Int, n: Int, k: Int,
 ) raises:
-    """int15i64.v1 on device-resident operands: the int15 GEMM kernel of gemm/gpu with
-    the launch shape of gemm.gpu.launch.gemm_int15 (row chunks of MAX_GRID_Y * BY),
-    without its copies."""
+    """int15i64.v1 on device-resident operands: gemm/gpu's integer kernels for this
+    device (launch._int_launches: NVIDIA mma, AMD MFMA, the SIMT kernel elsewhere),
+    enqueued on the program's context without copies or a wait."""
     if m == 0 or n == 0:
         return
-    var rows = MAX_GRID_Y * BY
-    var i0 = 0
-    while i0 < m:
-        var mr = min(rows, m - i0)
-        ctx.enqueue_function[int15_gemm_kernel](
-            host_ptr[I8](ahi + i0 * k), host_ptr[I8](alo + i0 * k), host_ptr[I32](ea + 4 * i0),
-            host_ptr[I8](bhi), host_ptr[I8](blo), host_ptr[I32](eb),
-            host_ptr[F](c + 4 * i0 * n), Int32(mr), Int32(n), Int32(k),
-            grid_dim=(cdiv(n, BX), cdiv(mr, BY)), block_dim=(BX, BY),
-        )
-        i0 += mr
+    _int_launches[2](ctx, host_ptr[I8](ahi), host_ptr[I8](alo), host_ptr[I32](ea),
+                     host_ptr[I8](bhi), host_ptr[I8](blo), host_ptr[I32](eb), host_ptr[F](c),
+                     m, n, k)
