@@ -19,12 +19,21 @@
 #           into python/mojolearn/ on a GPU machine, into a temporary folder with
 #           --cpu-half (sm_90 unless --arch; a compile check only)
 #   4       device_info(): on a GPU machine it must name the device; with
-#           --cpu-half it may instead refuse, with a clear "mojolearn._native_gpu:" error
+#           --cpu-half it may instead refuse, with a clear "mojolearn._native_gpu:" error.
+#           vendor_blas(): the library numeric_mode fast runs (cuBLAS for sm_*, rocBLAS
+#           for gfx*) and the file loaded, or why not (printed; it must name the library
+#           and, when not loaded, a reason: it never aborts)
 #   5       conformance on the CPU build (MOJOLEARN_DEVICE=cpu); GPU: also on the GPU build
 #           (MOJOLEARN_DEVICE=gpu; the run must name mojolearn._native_gpu)
 #   6 GPU   GPU vs CPU bits on fresh random cases (new seed each run, printed)
 #   6b GPU  device-resident operands: tests/test_gpu_resident.py (torch CUDA tensors
 #           in and out, the torch mode on CUDA) and their timing against torch.mm (fp32)
+#   6d      numeric_mode fast on the vendor BLAS (bench/fast_check.py): every fast product
+#           finite and within the float32 bound of the identical one, the TF32 control
+#           seen failing (CUDA), then fast fp32 on device tensors timed at 1024^3, 4096^3
+#           and 1x4096x4096 against torch.mm (TF32 off; the bar: within 5%), written to
+#           bench/results/fast-gpu-*.json. With --cpu-half: the checker's self-test (it
+#           passes float32 in another order, fails a NaN, a far element and TF32)
 #   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed (its model rows
 #           are left to step 8)
 #   8       the models on the GPU (bench/device_model_check.py): tiny models GPU vs CPU
@@ -37,7 +46,7 @@
 #           A machine without the SmolLM2 file fails this step naming the figures owed
 #           (DEVICE_CHECK_ALLOW_NO_MODEL=1 accepts that)
 # Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 240),
-# MODEL_TIMEOUT (step 8, seconds, default 300).
+# MODEL_TIMEOUT (step 8, seconds, default 300), FAST_TIMEOUT (step 6d, default 180).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -45,6 +54,7 @@ PY=${PY:-$ROOT/.venv/bin/python}
 MOJO=${MOJO:-$ROOT/.venv/bin/mojo}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
 MODEL_TIMEOUT=${MODEL_TIMEOUT:-300}
+FAST_TIMEOUT=${FAST_TIMEOUT:-180}
 MODEL=""
 CPU_HALF=0
 ARCH=""
@@ -55,7 +65,7 @@ while [ $# -gt 0 ]; do
         --arch) ARCH="$2"; shift ;;
         --prebuilt) PREBUILT="$2"; shift ;;
         --model) MODEL="$2"; shift ;;
-        -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
         *) echo "device_check: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -125,13 +135,19 @@ echo "built $GPU_OUT/_native_gpu.so in $(( $(date +%s) - B0 ))s"
 
 # ---------------------------------------------------------------- 4 device_info
 step "4 device_info()"
-GPU_OUT="$GPU_OUT" CPU_HALF="$CPU_HALF" "$PY" - <<'EOF'
+GPU_OUT="$GPU_OUT" CPU_HALF="$CPU_HALF" ARCH="$ARCH" "$PY" - <<'EOF'
 import importlib.machinery, importlib.util, os, sys
 path = os.path.join(os.environ["GPU_OUT"], "_native_gpu.so")
 loader = importlib.machinery.ExtensionFileLoader("_native_gpu", path)
 spec = importlib.util.spec_from_file_location("_native_gpu", path, loader=loader)
 g = importlib.util.module_from_spec(spec)
 loader.exec_module(g)
+lib, found, why = g.vendor_blas(())
+want = "cuBLAS" if os.environ["ARCH"].startswith("sm_") else "rocBLAS"
+print(f"vendor_blas: {lib}: " + (f"loads {found}" if found else f"not loadable here ({why})"))
+if lib != want or not (found or why):
+    print(f"device_check: vendor_blas() should name {want} and a file or a reason", file=sys.stderr)
+    sys.exit(1)
 try:
     info = g.device_info(())
 except Exception as e:
@@ -153,6 +169,8 @@ if [ "$CPU_HALF" = 0 ]; then
 fi
 
 if [ "$CPU_HALF" = 1 ]; then
+    step "6d numeric_mode fast: the closeness checker's self-test"
+    "$PY" bench/fast_check.py --self-test
     step "8 the models' GPU path through the CPU run of its bodies (tiny, sabotage arm)"
     "$PY" bench/device_model_check.py --reference 2>&1 | { grep -v -e SpeedWarning -e '_profiles.resolve' || true; }
     [ "${PIPESTATUS[0]}" = 0 ] || { echo "device_check: step 8 (reference) FAILED" >&2; exit 1; }
@@ -229,7 +247,7 @@ for m, n, k in f32_shapes:
                 b = to_bf16(b)
             cg = np.full((m, n), 7, np.float32)
             cc = np.full((m, n), 9, np.float32)
-            args = (A(a), A(b), None, m, n, k, ta, tb, abf, bbf, 2, 0, 0, 0)
+            args = (A(a), A(b), None, m, n, k, ta, tb, abf, bbf, 0, 2, 0, 0, 0)  # mode 0: identical
             gpu.gemm_f32(args[:2] + (A(cg),) + args[3:])
             cpu.gemm_f32(args[:2] + (A(cc),) + args[3:])
             lay = "TN" if ta else ("NT" if tb else "NN")
@@ -337,6 +355,11 @@ json.dump({"device": torch.cuda.get_device_name(0), "rows": rows},
           open(os.environ["RES_JSON"], "w"), indent=1)
 EOF
 
+# ---------------------------------------------------------------- 6d numeric_mode fast
+step "6d numeric_mode fast on the vendor BLAS: closeness to identical, timing (timeout ${FAST_TIMEOUT}s)"
+FAST_FAIL=0
+timeout "$FAST_TIMEOUT" "$PY" bench/fast_check.py --arch "$ARCH" --out "$WORK" || FAST_FAIL=1
+
 # ---------------------------------------------------------------- 7 bench
 step "7 bench/run.py on the GPU build (timeout ${BENCH_TIMEOUT}s)"
 set +e
@@ -361,9 +384,13 @@ MODEL_RC=${PIPESTATUS[0]}
 set -e
 
 mkdir -p "${DEVICE_CHECK_OUT:-$ROOT/bench/results}"
-cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/model-gpu-*.json \
+cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/model-gpu-*.json "$WORK"/fast-gpu-*.json \
     "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
 
+if [ "$FAST_FAIL" != 0 ]; then
+    echo "device_check: step 6d (numeric_mode fast on the vendor BLAS) FAILED; see above" >&2
+    exit 1
+fi
 if [ "$RES_FAIL" != 0 ]; then
     echo "device_check: step 6b (device-resident operands) FAILED; see above" >&2
     exit 1
