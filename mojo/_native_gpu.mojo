@@ -245,15 +245,17 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     var tb = _arg(args, 7) != 0
     var abf = _arg(args, 8) != 0
     var bbf = _arg(args, 9) != 0
-    var mode = _arg(args, 10)
+    var vendor = _vendor_route(_arg(args, 10), m, n, k)
+    var tf32 = _arg(args, 10) == 3
     var sabotage = _arg(args, 12) != 0
+    if vendor:
+        V.require()  # with the GIL held: the first look-up is never made by two threads
     ref c = Python().cpython()
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        if _vendor_route(mode, m, n, k):
-            V.require()
-            V.gemm_f32_host(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf, mode == 3)
+        if vendor:
+            V.gemm_f32_host(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf, tf32)
         else:
             G.gemm_f32(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf)
     except e:
@@ -336,16 +338,18 @@ def gemm_f32_resident(args: PythonObject) raises -> PythonObject:
     var tb = _arg(args, 7) != 0
     var abf = _arg(args, 8) != 0
     var bbf = _arg(args, 9) != 0
-    var mode = _arg(args, 10)
+    var vendor = _vendor_route(_arg(args, 10), m, n, k)
+    var tf32 = _arg(args, 10) == 3
     var sabotage = _arg(args, 11) != 0
+    if vendor:
+        V.require()  # with the GIL held, as in gemm_f32
     ref c = Python().cpython()
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        if _vendor_route(mode, m, n, k):
-            V.require()
+        if vendor:
             var ctx = _context()
-            V.gemm_f32_device(ctx, a, b, cc, m, n, k, ta, tb, abf, bbf, mode == 3)
+            V.gemm_f32_device(ctx, a, b, cc, m, n, k, ta, tb, abf, bbf, tf32)
             if sabotage:
                 V.flip_low_bit_device(ctx, cc)
         else:
