@@ -19,7 +19,10 @@
 #           into python/mojolearn/ on a GPU machine, into a temporary folder with
 #           --cpu-half (sm_90 unless --arch; a compile check only)
 #   4       device_info(): on a GPU machine it must name the device; with
-#           --cpu-half it may instead refuse, with a clear "mojolearn._native_gpu:" error
+#           --cpu-half it may instead refuse, with a clear "mojolearn._native_gpu:" error.
+#           vendor_blas(): the library numeric_mode fast runs (cuBLAS for sm_*, rocBLAS
+#           for gfx*) and the file loaded, or why not (printed; it must name the library
+#           and, when not loaded, a reason: it never aborts)
 #   5       conformance on the CPU build (MOJOLEARN_DEVICE=cpu); GPU: also on the GPU build
 #           (MOJOLEARN_DEVICE=gpu; the run must name mojolearn._native_gpu)
 #   6 GPU   GPU vs CPU bits on fresh random cases (new seed each run, printed)
@@ -33,6 +36,12 @@
 #           4096^3 vs torch.mm fp32 (TF32 off), decode 1 / 16 x 4096 x 4096 with the
 #           weight resident, int8 / int15 at 4096^3 over fp32.v1; written to
 #           bench/results/gemm-gpu-<arch>.json
+#   6d      numeric_mode fast on the vendor BLAS (bench/fast_check.py): every fast product
+#           finite and within the float32 bound of the identical one, the TF32 control
+#           seen failing (CUDA), then fast fp32 on device tensors timed at 1024^3, 4096^3
+#           and 1x4096x4096 against torch.mm (TF32 off; the bar: within 5%), written to
+#           bench/results/fast-gpu-*.json. With --cpu-half: the checker's self-test (it
+#           passes float32 in another order, fails a NaN, a far element and TF32)
 #   7 GPU   bench/run.py on the GPU build (--reps 3), its table printed (its model rows
 #           are left to step 8)
 #   8       the models on the GPU (bench/device_model_check.py): tiny models GPU vs CPU
@@ -47,7 +56,7 @@
 # --cpu-half also checks this script's syntax (bash -n), that every Python block in it
 # parses, and runs bench/gpu_gemm_check.py bits / time with the CPU build standing in.
 # Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 180),
-# MODEL_TIMEOUT (step 8, seconds, default 300).
+# MODEL_TIMEOUT (step 8, seconds, default 300), FAST_TIMEOUT (step 6d, default 180).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -55,6 +64,7 @@ PY=${PY:-$ROOT/.venv/bin/python}
 MOJO=${MOJO:-$ROOT/.venv/bin/mojo}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
 MODEL_TIMEOUT=${MODEL_TIMEOUT:-300}
+FAST_TIMEOUT=${FAST_TIMEOUT:-180}
 MODEL=""
 CPU_HALF=0
 ARCH=""
@@ -65,7 +75,7 @@ while [ $# -gt 0 ]; do
         --arch) ARCH="$2"; shift ;;
         --prebuilt) PREBUILT="$2"; shift ;;
         --model) MODEL="$2"; shift ;;
-        -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,58p' "$0"; exit 0 ;;
         *) echo "device_check: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -135,13 +145,19 @@ echo "built $GPU_OUT/_native_gpu.so in $(( $(date +%s) - B0 ))s"
 
 # ---------------------------------------------------------------- 4 device_info
 step "4 device_info()"
-GPU_OUT="$GPU_OUT" CPU_HALF="$CPU_HALF" "$PY" - <<'EOF'
+GPU_OUT="$GPU_OUT" CPU_HALF="$CPU_HALF" ARCH="$ARCH" "$PY" - <<'EOF'
 import importlib.machinery, importlib.util, os, sys
 path = os.path.join(os.environ["GPU_OUT"], "_native_gpu.so")
 loader = importlib.machinery.ExtensionFileLoader("_native_gpu", path)
 spec = importlib.util.spec_from_file_location("_native_gpu", path, loader=loader)
 g = importlib.util.module_from_spec(spec)
 loader.exec_module(g)
+lib, found, why = g.vendor_blas(())
+want = "cuBLAS" if os.environ["ARCH"].startswith("sm_") else "rocBLAS"
+print(f"vendor_blas: {lib}: " + (f"loads {found}" if found else f"not loadable here ({why})"))
+if lib != want or not (found or why):
+    print(f"device_check: vendor_blas() should name {want} and a file or a reason", file=sys.stderr)
+    sys.exit(1)
 try:
     info = g.device_info(())
 except Exception as e:
@@ -175,6 +191,8 @@ print(f"{len(blocks)} Python blocks of device_check.sh parse")
 EOF
     "$PY" bench/gpu_gemm_check.py bits --cpu-half
     "$PY" bench/gpu_gemm_check.py time --cpu-half --out "$WORK/gemm-cpu-stand-in.json"
+    step "6d numeric_mode fast: the closeness checker's self-test"
+    "$PY" bench/fast_check.py --self-test
     step "8 the models' GPU path through the CPU run of its bodies (tiny, sabotage arm)"
     "$PY" bench/device_model_check.py --reference 2>&1 | { grep -v -e SpeedWarning -e '_profiles.resolve' || true; }
     [ "${PIPESTATUS[0]}" = 0 ] || { echo "device_check: step 8 (reference) FAILED" >&2; exit 1; }
@@ -368,6 +386,11 @@ step "6c the GEMM bars: fp32.v1 vs torch.mm fp32, decode, int8 / int15 (bench/gp
 DEVICE_CHECK_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
     "$PY" bench/gpu_gemm_check.py time --out "$WORK/gemm-gpu-$ARCH.json" || RES_FAIL=1
 
+# ---------------------------------------------------------------- 6d numeric_mode fast
+step "6d numeric_mode fast on the vendor BLAS: closeness to identical, timing (timeout ${FAST_TIMEOUT}s)"
+FAST_FAIL=0
+timeout "$FAST_TIMEOUT" "$PY" bench/fast_check.py --arch "$ARCH" --out "$WORK" || FAST_FAIL=1
+
 # ---------------------------------------------------------------- 7 bench
 step "7 bench/run.py on the GPU build (timeout ${BENCH_TIMEOUT}s)"
 set +e
@@ -392,9 +415,13 @@ MODEL_RC=${PIPESTATUS[0]}
 set -e
 
 mkdir -p "${DEVICE_CHECK_OUT:-$ROOT/bench/results}"
-cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/gemm-gpu-*.json "$WORK"/model-gpu-*.json \
+cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/gemm-gpu-*.json "$WORK"/model-gpu-*.json "$WORK"/fast-gpu-*.json \
     "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
 
+if [ "$FAST_FAIL" != 0 ]; then
+    echo "device_check: step 6d (numeric_mode fast on the vendor BLAS) FAILED; see above" >&2
+    exit 1
+fi
 if [ "$RES_FAIL" != 0 ]; then
     echo "device_check: step 6b / 6c (device-resident operands, GEMM bars) FAILED; see above" >&2
     exit 1

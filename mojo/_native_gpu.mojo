@@ -11,13 +11,23 @@ WHAT IT IS
     dequantize_int8, dequantize_int15, gemm_f32, gemm_int8, gemm_int15,
     strided_copy, mxcsr), so MOJOLEARN_NATIVE=_native_gpu serves mojolearn from
     the GPU; plus device_info(()) -> (api, device name), api being "cuda", "hip"
-    or "metal"; and the GPU model's entries (dev_alloc, dev_free, dev_upload,
+    or "metal"; vendor_blas(()) -> (library, file, reason), the vendor BLAS that
+    numeric_mode fast runs here (mojo/gemm/gpu/vendor.mojo); and the GPU model's entries (dev_alloc, dev_free, dev_upload,
     dev_download, dev_zero, dev_memory, nn_program_dev: device memory and one
     program of ops on device-resident operands, transformer/gpu/model_entry.mojo).
     The kernels are mojo/gemm/gpu/kernels.mojo and
     mojo/convert/gpu/kernels.mojo, each launched by the launch.mojo beside it:
     every call copies its inputs to the device, launches, and copies the result
     back before it returns.
+
+NUMERIC MODES
+    gemm_f32 and gemm_f32_resident take the mode code (mojolearn.modes.kernel_code):
+    0 identical and 1 deterministic run the identical kernels; 2 fast runs the
+    vendor's sgemm (cuBLAS / rocBLAS, strict float32) on NVIDIA and AMD builds, and
+    3 (fast with TF32 allowed by the caller) cuBLAS with TF32 on NVIDIA, rocBLAS's
+    float32 on AMD. A build without a vendor BLAS (Apple) and every product with
+    k = 0 run the identical kernels in every mode. A vendor library that cannot be
+    loaded is an error naming it, never a quiet switch to other kernels.
 
 ARGUMENTS THE GPU IGNORES
     `tasks` (a CPU thread count) and the workspace address / size of the GEMMs
@@ -38,6 +48,7 @@ from common.fpstate import read_mxcsr
 import gemm.gpu.launch as G
 import convert.gpu.launch as C
 import transformer.gpu.launch as T
+import gemm.gpu.vendor as V
 from transformer.gpu.model_entry import (
     dev_alloc, dev_free, dev_upload, dev_download, dev_zero, dev_memory, nn_program_dev,
 )
@@ -205,10 +216,25 @@ def dequantize_int15(args: PythonObject) raises -> PythonObject:
 
 
 # ---------------------------------------------------------------- GEMMs
+def _vendor_route(mode: Int, m: Int, n: Int, k: Int) -> Bool:
+    """Whether a float32 product runs the vendor BLAS: numeric_mode fast (2, or 3 with
+    TF32 allowed) on a build that has one, and a product with something to sum (k = 0
+    and empty results stay with the identical kernels, which write +0.0)."""
+    return (mode == 2 or mode == 3) and V.available() and m > 0 and n > 0 and k > 0
+
+
+def vendor_blas(args: PythonObject) raises -> PythonObject:
+    """() -> (library, file, reason): the vendor BLAS numeric_mode fast runs on this build
+    ("cuBLAS", "rocBLAS", or "" where there is none) and the file it loaded, or "" and
+    why it cannot be loaded here. Opens the library (once a success) and never aborts."""
+    var got = V.library()
+    return Python.tuple(PythonObject(got[0]), PythonObject(got[1]), PythonObject(got[2]))
+
+
 def gemm_f32(args: PythonObject) raises -> PythonObject:
     """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, mode, tasks,
     sabotage, workspace address, workspace bytes). Returns 0 (no host workspace needed).
-    Every numeric mode runs the identical kernels on the GPU in this version."""
+    mode 2 or 3 (fast): the vendor BLAS where this build has one (NUMERIC MODES)."""
     var a = _arg(args, 0)
     var b = _arg(args, 1)
     var cc = _arg(args, 2)
@@ -219,12 +245,19 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     var tb = _arg(args, 7) != 0
     var abf = _arg(args, 8) != 0
     var bbf = _arg(args, 9) != 0
+    var vendor = _vendor_route(_arg(args, 10), m, n, k)
+    var tf32 = _arg(args, 10) == 3
     var sabotage = _arg(args, 12) != 0
+    if vendor:
+        V.require()  # with the GIL held: the first look-up is never made by two threads
     ref c = Python().cpython()
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        G.gemm_f32(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf)
+        if vendor:
+            V.gemm_f32_host(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf, tf32)
+        else:
+            G.gemm_f32(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf)
     except e:
         err = String(_fail("gemm_f32", e))
     c.PyEval_RestoreThread(st)
@@ -291,9 +324,10 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
 
 # ---------------------------------------------------------------- device-resident operands
 def gemm_f32_resident(args: PythonObject) raises -> PythonObject:
-    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, sabotage), every
-    address in this device's memory (DLPack device tensors, checked by the Python
-    layer): gemm_f32 with no copy either way; returns when C is written."""
+    """Arguments: (a, b, c, m, n, k, trans_a, trans_b, a_bf16, b_bf16, mode, sabotage),
+    every address in this device's memory (DLPack device tensors, checked by the Python
+    layer): gemm_f32 with no copy either way (mode as gemm_f32's); returns when C is
+    written."""
     var a = _arg(args, 0)
     var b = _arg(args, 1)
     var cc = _arg(args, 2)
@@ -304,12 +338,22 @@ def gemm_f32_resident(args: PythonObject) raises -> PythonObject:
     var tb = _arg(args, 7) != 0
     var abf = _arg(args, 8) != 0
     var bbf = _arg(args, 9) != 0
-    var sabotage = _arg(args, 10) != 0
+    var vendor = _vendor_route(_arg(args, 10), m, n, k)
+    var tf32 = _arg(args, 10) == 3
+    var sabotage = _arg(args, 11) != 0
+    if vendor:
+        V.require()  # with the GIL held, as in gemm_f32
     ref c = Python().cpython()
     var st = c.PyEval_SaveThread()
     var err = String()
     try:
-        G.gemm_f32_resident(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf, sabotage)
+        if vendor:
+            var ctx = _context()
+            V.gemm_f32_device(ctx, a, b, cc, m, n, k, ta, tb, abf, bbf, tf32)
+            if sabotage:
+                V.flip_low_bit_device(ctx, cc)
+        else:
+            G.gemm_f32_resident(_context(), a, b, cc, m, n, k, ta, tb, abf, bbf, sabotage)
     except e:
         err = String(_fail("gemm_f32_resident", e))
     c.PyEval_RestoreThread(st)
@@ -440,6 +484,7 @@ def PyInit__native_gpu() abi("C") -> PythonObject:
     try:
         var m = PythonModuleBuilder("_native_gpu")
         m.def_function[device_info]("device_info")
+        m.def_function[vendor_blas]("vendor_blas")
         m.def_function[to_bf16]("to_bf16")
         m.def_function[from_bf16]("from_bf16")
         m.def_function[quantize_int8]("quantize_int8")

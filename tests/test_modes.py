@@ -356,3 +356,147 @@ def test_docs_table_is_the_backends_table():
     for backend, row in modes.BACKENDS.items():
         line = "| " + " | ".join([backend.upper()] + [row[m] for m in modes.MODES]) + " |"
         assert line in text, line
+
+
+# ---------------------------------------------------------------- fast on a GPU build
+
+
+def test_backends_are_keyed_like_vendor():
+    """BACKENDS has a row for every backend mojolearn.vendor() can name, and the GPU
+    rows say which vendor library fast runs (none on Apple)."""
+    from mojolearn import _device
+
+    assert set(modes.BACKENDS) == {"cpu", "metal"} | set(_device.VENDOR_BLAS)
+    for api, lib in _device.VENDOR_BLAS.items():
+        assert f"on {lib} sgemm" in modes.BACKENDS[api]["fast"]
+        assert modes.BACKENDS[api]["deterministic"].startswith("the identical kernels")
+    assert "TF32 off" in modes.BACKENDS["cuda"]["fast"]
+    assert modes.BACKENDS["metal"]["fast"].startswith("the identical kernels")
+
+
+def test_allow_tf32_and_kernel_codes():
+    assert [modes.kernel_code(m) for m in modes.MODES] == [0, 1, 2]
+    assert [modes.kernel_code(m, tf32=True) for m in modes.MODES] == [0, 1, modes.FAST_TF32_CODE]
+    assert modes.FAST_TF32_CODE == 3
+    assert modes.tf32_allowed() is False  # off unless asked for
+    try:
+        assert modes.allow_tf32(True) is False and modes.tf32_allowed() is True
+        assert modes.allow_tf32(False) is True
+    finally:
+        modes.allow_tf32(False)
+    with pytest.raises(TypeError, match=r"allow_tf32\(on\) takes True or False, got int"):
+        modes.allow_tf32(1)
+    assert modes.tf32_allowed() is False
+
+
+class _FakeGpu:
+    """Stands in for the GPU build (mojolearn._native_gpu): records the gemm_f32 tuples
+    it is handed and answers vendor_blas() as told; computes nothing."""
+
+    def __init__(self, blas):
+        self.blas, self.calls, self.asked = blas, [], 0
+
+    def vendor_blas(self, args):
+        self.asked += 1
+        return self.blas
+
+    def gemm_f32(self, args):
+        self.calls.append(args)
+        return 0
+
+
+@pytest.fixture
+def fake_gpu(mode):
+    """Installs a fake GPU build as the backend of host operands (MOJOLEARN_DEVICE=gpu with
+    a working GPU): fake_gpu(api, (library, file, reason)) -> the fake."""
+    from mojolearn import _device
+
+    def use(api, blas):
+        _device._reset_for_tests()
+        fake = _FakeGpu(blas)
+        _device._choice, _device._gpu = "gpu", (fake, api, "fake device")
+        return fake
+    yield use
+    _device._reset_for_tests()
+    modes.allow_tf32(False)
+
+
+def test_gpu_build_gets_each_modes_code_and_fast_asks_for_the_library(fake_gpu, mode):
+    """A GPU build receives the mode code at index 10 of gemm_f32 (0 / 1 / 2, 3 only with
+    allow_tf32(True) under fast); fast asks once whether the vendor BLAS loads."""
+    fake = fake_gpu("cuda", ("cuBLAS", "libcublas.so.12", ""))
+    a, w = rnd(1, 3, 40), rnd(2, 40, 5)
+    for m, code in (("identical", 0), ("deterministic", 1)):
+        mode(m)
+        linalg.matmul(a, w)
+        assert fake.calls[-1][10] == code
+    assert fake.asked == 0  # only fast needs the library
+    mode("fast")
+    assert modes.fast_route() == "cuBLAS"
+    linalg.matmul(a, w)
+    linalg.matmul_bf16(a, np.zeros((40, 5), np.uint16))
+    linalg.matmul(rnd(3, 2, 3, 40), w)  # batched: the same entry, the same code
+    assert [c[10] for c in fake.calls[-3:]] == [2, 2, 2]
+    assert fake.asked == 1  # a loadable library is remembered
+    modes.allow_tf32(True)
+    assert modes.fast_route() == "cuBLAS TF32"
+    linalg.matmul(a, w)
+    assert fake.calls[-1][10] == 3
+    mode("identical")
+    linalg.matmul(a, w)
+    assert fake.calls[-1][10] == 0  # the permission only touches fast
+
+
+def test_fast_refuses_by_name_when_the_vendor_library_cannot_load(fake_gpu, mode):
+    """A GPU build whose vendor BLAS does not load refuses fast products by name, with the
+    way out, and computes nothing; a library that loads later is then used."""
+    why = "none of libcublas.so.13, libcublas.so.12 could be opened (first: dlopen failed)"
+    fake = fake_gpu("cuda", ("cuBLAS", "", why))
+    mode("fast")
+    a, w = rnd(1, 3, 40), rnd(2, 40, 5)
+    for call in (lambda: linalg.matmul(a, w), lambda: linalg.matmul_bf16(a, np.zeros((40, 5), np.uint16)),
+                 lambda: linalg.matmul(rnd(3, 2, 3, 40), w)):
+        with pytest.raises(RuntimeError, match=(
+                r"^mojolearn: matmul(_bf16)?: numeric_mode='fast' runs cuBLAS on this GPU build, "
+                r"and cuBLAS cannot be loaded here \(none of libcublas\.so\.13.*\); set "
+                r"numeric_mode='identical' .*to run the identical kernels")):
+            call()
+    assert fake.calls == [] and fake.asked == 3
+    mode("identical")
+    linalg.matmul(a, w)  # the identical kernels need no vendor library
+    assert fake.calls[-1][10] == 0
+    fake.blas = ("cuBLAS", "libcublas.so.12", "")  # e.g. torch loaded it since
+    mode("fast")
+    linalg.matmul(a, w)
+    assert fake.calls[-1][10] == 2
+
+
+def test_fast_on_builds_without_a_vendor_blas_and_on_amd(fake_gpu, mode):
+    """Apple: no library to ask for, fast's code goes to the build (which runs the
+    identical kernels); AMD: rocBLAS, and TF32 is never asked of it by name."""
+    mode("fast")
+    a, w = rnd(1, 3, 40), rnd(2, 40, 5)
+    fake = fake_gpu("metal", ("", "", "this build's GPU has no vendor BLAS route"))
+    assert modes.fast_route() == "identical"
+    linalg.matmul(a, w)
+    assert fake.calls[-1][10] == 2 and fake.asked == 1
+    fake = fake_gpu("hip", ("rocBLAS", "librocblas.so.4", ""))
+    modes.allow_tf32(True)
+    assert modes.fast_route() == "rocBLAS"
+    linalg.matmul(a, w)
+    assert fake.calls[-1][10] == 3  # the build's rocBLAS route ignores the permission
+
+
+def test_tf32_never_reaches_the_cpu(mode):
+    """On the CPU build fast with allow_tf32(True) is plain fast: code 2, the same bits."""
+    from mojolearn import _gemm
+
+    a, w = rnd(1, 3, 700), rnd(2, 20, 700)
+    mode("fast")
+    plain = np.asarray(linalg.matmul(a, w, transpose_b=True))
+    old = modes.allow_tf32(True)
+    try:
+        assert modes.fast_route() == "cpu" and _gemm._f32_mode_code("matmul") == 2
+        assert_same_bits(np.asarray(linalg.matmul(a, w, transpose_b=True)), plain, "tf32 on cpu")
+    finally:
+        modes.allow_tf32(old)

@@ -25,6 +25,14 @@ DEVICE-RESIDENT OPERANDS
 VENDOR
     ``vendor()`` names the backend in use: "cpu", or "cuda" / "hip" / "metal" on a
     GPU build. ``mojolearn.profiles`` asks it when deciding on speed warnings.
+
+VENDOR BLAS
+    ``numeric_mode`` fast runs a GPU build's float32 products on the vendor's BLAS
+    (``VENDOR_BLAS``: cuBLAS for "cuda", rocBLAS for "hip"; mojolearn.modes says
+    what else). ``require_vendor_blas(func)`` asks the GPU build whether that library
+    loads here (its ``vendor_blas`` entry, which opens it) and refuses by name, with
+    the way out, when it does not; a success is remembered, a failure is asked again
+    on the next call (a library loaded since, e.g. by torch, is then found).
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ import importlib
 import os
 import warnings
 
-__all__ = ["vendor", "get_device", "set_device", "DEVICES", "ENV", "gpu_status", "resident"]
+__all__ = ["vendor", "get_device", "set_device", "DEVICES", "ENV", "gpu_status", "resident",
+           "VENDOR_BLAS", "require_vendor_blas"]
 
 ENV = "MOJOLEARN_DEVICE"
 DEVICES = ("auto", "cpu", "gpu")
@@ -201,6 +210,34 @@ def vendor() -> str:
     return gpu_status()[1]
 
 
+VENDOR_BLAS = {"cuda": "cuBLAS", "hip": "rocBLAS"}
+"""The library numeric_mode fast runs float32 products on, by GPU API (none for "metal")."""
+_blas_ok: dict = {}  # module -> the library file it loaded
+
+
+def require_vendor_blas(func: str, mod) -> None:
+    """Refuse, by name, a numeric_mode fast product on GPU module ``mod`` whose vendor
+    BLAS cannot be loaded here (see VENDOR BLAS in the module docstring); returns
+    quietly when it loads, or when the build has none (fast runs the identical
+    kernels there)."""
+    if mod in _blas_ok:
+        return
+    lib, path, why = (str(x) for x in mod.vendor_blas(()))
+    if not lib:
+        return
+    if path:
+        _blas_ok[mod] = path
+        return
+    raise RuntimeError(
+        f"mojolearn: {func}: numeric_mode='fast' runs {lib} on this GPU build, and {lib} "
+        f"cannot be loaded here ({why}); set numeric_mode='identical' "
+        f"(mojolearn.set_numeric_mode('identical'), MOJOLEARN_NUMERIC_MODE=identical, or "
+        f"numeric_mode='identical' on the model) to run the identical kernels, or make {lib} "
+        "loadable (its directory on LD_LIBRARY_PATH)"
+    )
+
+
 def _reset_for_tests():
     global _choice, _gpu, _warned
     _choice, _gpu, _warned = None, None, False
+    _blas_ok.clear()

@@ -41,6 +41,26 @@ def _mode_code() -> int:
 
     return modes.kernel_code(modes.numeric_mode())
 
+
+def _f32_mode_code(func: str, mod=None) -> int:
+    """``_mode_code()`` for a gemm_f32 / gemm_f32_resident call, which a GPU build may
+    serve (``mod``, else the backend serving host operands): under fast there, the
+    vendor BLAS must load (refused by name otherwise) and allow_tf32(True) gives the
+    TF32 code (mojolearn.modes)."""
+    from . import modes
+
+    mode = modes.numeric_mode()
+    if mode != "fast":
+        return modes.kernel_code(mode)
+    from . import _device
+
+    gpu = mod if mod is not None else _device.backend_module()
+    if gpu is None:
+        return modes.kernel_code(mode)
+    _device.require_vendor_blas(func, gpu)
+    return modes.kernel_code(mode, tf32=modes.tf32_allowed())
+
+
 def sabotage_arg() -> int:
     """The kernels' sabotage argument for a call made now, in this context: 0 or 1."""
     return _sabotage.get()
@@ -246,7 +266,7 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extr
     wa, wn = _ws()
     need = native().gemm_f32((
         ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
-        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), _mode_code(),
+        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), _f32_mode_code(func),
         gemm_tasks("fp32", m, n, k), sabotage_arg(), wa, wn,
     ))
     if need > wn:
@@ -369,11 +389,12 @@ def _run_f32_nd(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, e
     caddr = ob.addr if ob is not None else res.address
     a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
     calls = _nd_calls(ab, bb, caddr, m, n, k, batch, pa, pb, transpose_a)
+    code = _f32_mode_code(func) if calls else 0
     for pa_, pb_, pc_, rows in calls:
         wa, wn = _ws()
         need = native().gemm_f32((
             pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b), a16, b16,
-            _mode_code(), gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn,
+            code, gemm_tasks("fp32", rows, n, k), sabotage_arg(), wa, wn,
         ))
         if need > wn:
             _ws_fit(need)
@@ -429,9 +450,10 @@ def _run_f32_resident(func, ra, rb, transpose_a, transpose_b, out, a_dtypes, b_d
         res = out
     a16, b16 = int(ab.dtype == "uint16"), int(bb.dtype == "uint16")
     calls = _nd_calls(ab, bb, ob.addr, m, n, k, batch, pa, pb, transpose_a)
+    code = _f32_mode_code(func, mod) if calls else 0
     for pa_, pb_, pc_, rows in calls:
         mod.gemm_f32_resident((pa_, pb_, pc_, rows, n, k, int(transpose_a), int(transpose_b),
-                               a16, b16, sabotage_arg()))
+                               a16, b16, code, sabotage_arg()))
     return res
 
 

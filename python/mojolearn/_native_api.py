@@ -47,7 +47,8 @@ ENTRIES = (
     # GEMMs: return the workspace bytes the call needed (0 on the GPU)
     Entry("gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16", "b_bf16",
                        "mode") + _GEMM_TAIL, "both", "int",
-          "fp32.v1 / bf16f32.v1 (mode: the numeric mode, 0 identical 1 deterministic 2 fast; "
+          "fp32.v1 / bf16f32.v1 (mode: the numeric mode, 0 identical 1 deterministic 2 fast, "
+          "3 fast with TF32 allowed (the GPU build's cuBLAS; the CPU runs it as 2); "
           "-L: leaves of exactly L, a k-split piece, rule 6.7)"),
     Entry("gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k")
           + _GEMM_TAIL, "both", "int", "int8i32.v1"),
@@ -142,8 +143,12 @@ ENTRIES = (
     # GPU module only
     Entry("device_info", (), "gpu", "tuple", "(api, device name)"),
     Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
-                                "b_bf16", "sabotage"), "gpu", "int",
-          "gemm_f32 on device-resident operands (DLPack device tensors): no copies"),
+                                "b_bf16", "mode", "sabotage"), "gpu", "int",
+          "gemm_f32 on device-resident operands (DLPack device tensors): no copies; mode as "
+          "gemm_f32's"),
+    Entry("vendor_blas", (), "gpu", "strs",
+          "(library, file, reason): the vendor BLAS numeric_mode fast runs on this build "
+          "(\"cuBLAS\", \"rocBLAS\", \"\" for none), the file loaded or \"\" and why not"),
     Entry("gemm_int8_resident", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "gpu",
           doc="int8i32.v1, every address in device memory"),
     Entry("gemm_int15_resident", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
@@ -187,7 +192,7 @@ def render_stub(kind: str) -> str:
         items = ", ".join(f"{a}: {t}" for a, t in zip(e.args, types))
         tup = f"tuple[{', '.join(types)}]" if e.args else "tuple[()]"
         ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]",
-               "ints": "tuple[int, ...]"}[e.returns]
+               "strs": "tuple[str, str, str]", "ints": "tuple[int, ...]"}[e.returns]
         note = f"  # ({items})" if items else ""
         lines.append(f"def {e.name}(args: {tup}, /) -> {ret}: ...{note}")
     return "\n".join(lines) + "\n"

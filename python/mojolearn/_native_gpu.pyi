@@ -13,7 +13,8 @@ def gemm_int15(args: tuple[int, int, int, int, int, int, int, int, int, int, int
 def strided_copy(args: tuple[int, int, int, int, list[int], list[int]], /) -> None: ...  # (src: int, dst: int, itemsize: int, ndim: int, shape: list[int], byte_strides: list[int])
 def mxcsr(args: tuple[()], /) -> int: ...
 def device_info(args: tuple[()], /) -> tuple[str, str]: ...
-def gemm_f32_resident(args: tuple[int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a: int, b: int, c: int, m: int, n: int, k: int, trans_a: int, trans_b: int, a_bf16: int, b_bf16: int, sabotage: int)
+def gemm_f32_resident(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int], /) -> int: ...  # (a: int, b: int, c: int, m: int, n: int, k: int, trans_a: int, trans_b: int, a_bf16: int, b_bf16: int, mode: int, sabotage: int)
+def vendor_blas(args: tuple[()], /) -> tuple[str, str, str]: ...
 def gemm_int8_resident(args: tuple[int, int, int, int, int, int, int, int], /) -> None: ...  # (a_codes: int, a_exps: int, b_codes: int, b_exps: int, c: int, m: int, n: int, k: int)
 def gemm_int15_resident(args: tuple[int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (a_hi: int, a_lo: int, a_exps: int, b_hi: int, b_lo: int, b_exps: int, c: int, m: int, n: int, k: int)
 def gemm_int15_quant_a_resident(args: tuple[int, int, int, int, int, int, int, int], /) -> None: ...  # (a: int, b_hi: int, b_lo: int, b_exps: int, c: int, m: int, n: int, k: int)

@@ -12,7 +12,7 @@ WHAT A MODE IS
     The two are independent in both directions: every mode accepts every profile,
     resolving one never changes the other, and objects report both.
 
-WHAT EACH MODE RUNS (BACKENDS, plain data below)
+WHAT EACH MODE RUNS (BACKENDS, plain data below; keyed like mojolearn.vendor())
     On the CPU, ``deterministic`` and ``fast`` run the fp32.v1 / bf16f32.v1 kernels
     with leaves of FAST_LEAF k-steps a chain (blocking.FAST_KC) instead of the
     contract's leaf size, folded by the same tree: fewer tree merges, an order that
@@ -20,9 +20,31 @@ WHAT EACH MODE RUNS (BACKENDS, plain data below)
     differ from ``identical`` wherever k exceeds the contract's leaf. Everything
     else (the integer profiles, whose sums are exact; the models' element-wise ops;
     P.V) has nothing faster than the identical kernels and runs them: there the
-    looser modes give the identical bits. On a GPU build every mode runs the
-    identical kernels in this version (the vendor library is not wired in); the
-    table says so rather than inventing a difference.
+    looser modes give the identical bits.
+    On an NVIDIA or AMD GPU build, ``fast`` runs the float32 products (linalg.matmul /
+    matmul_bf16 on host operands, copied per call, and on device-resident DLPack
+    tensors; the torch mode's products on CUDA / ROCm tensors) on the vendor's BLAS
+    sgemm: cuBLAS with TF32 off (CUBLAS_COMPUTE_32F, CUBLAS_DEFAULT_MATH), rocBLAS's
+    float32 sgemm; a bf16 operand is widened exactly on the device first. k = 0, the
+    integer profiles (exact in every mode), the converters and the GPU model's
+    programs run the identical kernels. ``deterministic`` runs the identical kernels
+    on every GPU: the vendors promise the same bits run to run only under conditions
+    (cuBLAS: the same toolkit version, architecture and SM count, one stream; rocBLAS:
+    atomics off, which is not its default) that this library cannot check, and
+    which library file the loader finds depends on the environment. An Apple (Metal)
+    build has no vendor BLAS: every mode runs the identical kernels there.
+    A GPU build whose vendor library cannot be loaded refuses ``fast`` products by
+    name (never a quiet switch to other kernels).
+
+TF32 (NVIDIA only, asked for by name)
+    ``allow_tf32(True)`` lets ``fast`` products on a CUDA GPU build run cuBLAS with
+    TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32: operands rounded to 10-bit
+    mantissas); ``tf32_allowed()`` reports it. It is a process-wide permission, off
+    by default, and changes nothing else: not ``identical`` or ``deterministic``,
+    not the CPU (no TF32 there), not AMD (MAX's rocBLAS binding cannot set rocBLAS's
+    XF32 math mode, so rocBLAS stays float32), not the models' own projections
+    (a model's products use its mode's plain code). ``fast_route()`` says what a
+    ``fast`` product runs on the backend serving this process.
 
 THE PROCESS MODE
     ``MOJOLEARN_NUMERIC_MODE`` sets it, read once on first use (a bad value is refused
@@ -48,7 +70,8 @@ import os
 import threading
 
 __all__ = ["MODES", "DEFAULT", "ENV", "STATE_KEY", "BACKENDS", "numeric_mode",
-           "set_numeric_mode", "using", "resolve", "kernel_code", "check_resume"]
+           "set_numeric_mode", "using", "resolve", "kernel_code", "check_resume",
+           "allow_tf32", "tf32_allowed", "fast_route"]
 
 MODES = ("identical", "deterministic", "fast")
 """The three promises, strictest first."""
@@ -65,17 +88,35 @@ BACKENDS = {
                          "everything else the identical kernels",
         "fast": "as deterministic (this build has nothing faster that is not also fixed)",
     },
-    "gpu": {
+    "cuda": {
         "identical": "the contracts' kernels",
-        "deterministic": "the identical kernels (no faster fixed order in this version)",
-        "fast": "the identical kernels (the vendor library is not wired in this version)",
+        "deterministic": "the identical kernels (cuBLAS promises run-to-run bits only under "
+                         "conditions this library cannot check)",
+        "fast": "float32 / bf16 products on cuBLAS sgemm with TF32 off (bf16 widened exactly "
+                "first; TF32 only after allow_tf32(True)); k = 0, the integer profiles and "
+                "the GPU model's programs the identical kernels",
+    },
+    "hip": {
+        "identical": "the contracts' kernels",
+        "deterministic": "the identical kernels (rocBLAS's default allows atomics: no "
+                         "run-to-run promise)",
+        "fast": "float32 / bf16 products on rocBLAS sgemm, float32 math (bf16 widened exactly "
+                "first; no TF32 route); k = 0, the integer profiles and the GPU model's "
+                "programs the identical kernels",
+    },
+    "metal": {
+        "identical": "the contracts' kernels",
+        "deterministic": "the identical kernels",
+        "fast": "the identical kernels (no vendor BLAS on Apple GPUs)",
     },
 }
-"""What each mode runs on each backend (plain data; the README's table reads it)."""
+"""What each mode runs on each backend, keyed like ``mojolearn.vendor()`` (plain data;
+docs/modes.md's table says the same, cell for cell)."""
 
 _CODES = {"identical": 0, "deterministic": 1, "fast": 2}
+FAST_TF32_CODE = 3  # fast with TF32 allowed: the GPU build's cuBLAS TF32 route
 _lock = threading.RLock()
-_state = {"mode": None}  # None: ENV unread
+_state = {"mode": None, "tf32": False}  # mode None: ENV unread
 _local = threading.local()  # a thread's override (using())
 
 
@@ -141,9 +182,45 @@ def resolve(mode=None, what: str = "numeric_mode") -> str:
     return numeric_mode() if mode is None else _check(mode, what)
 
 
-def kernel_code(mode: str) -> int:
-    """The kernels' mode argument (0 identical, 1 deterministic, 2 fast)."""
+def kernel_code(mode: str, tf32: bool = False) -> int:
+    """The kernels' mode argument (0 identical, 1 deterministic, 2 fast; 3: fast with
+    TF32 allowed, only when ``tf32`` and ``mode`` is fast)."""
+    if tf32 and mode == "fast":
+        return FAST_TF32_CODE
     return _CODES[mode]
+
+
+def allow_tf32(on) -> bool:
+    """Allow (True) or forbid (False, the default) TF32 in ``fast`` products on a CUDA
+    GPU build, process-wide; returns the previous setting. Nothing but ``fast`` on
+    cuBLAS is affected (see TF32 in the module docstring)."""
+    if not isinstance(on, bool):
+        raise TypeError(f"mojolearn: allow_tf32(on) takes True or False, got "
+                        f"{type(on).__name__} ({on!r})")
+    with _lock:
+        old = _state["tf32"]
+        _state["tf32"] = on
+        return old
+
+
+def tf32_allowed() -> bool:
+    """Whether ``allow_tf32(True)`` is in force (False until a caller asks for it)."""
+    return _state["tf32"]
+
+
+def fast_route() -> str:
+    """What a ``fast`` float32 product runs on the backend serving this process now:
+    "cpu" (the CPU's longer leaves), "cuBLAS", "cuBLAS TF32" (allow_tf32(True)),
+    "rocBLAS", or "identical" (a GPU build without a vendor BLAS: Apple)."""
+    from . import _device
+
+    v = _device.vendor()
+    if v == "cpu":
+        return "cpu"
+    lib = _device.VENDOR_BLAS.get(v)
+    if lib is None:
+        return "identical"
+    return f"{lib} TF32" if lib == "cuBLAS" and tf32_allowed() else lib
 
 
 def check_resume(saved: str, mode: str, what: str = "state") -> None:
