@@ -67,7 +67,8 @@ CUDA / ROCm TENSORS
     Where this install's GPU build serves the process (``mojolearn.vendor()`` is
     "cuda" or "hip") and drives the tensors' device, the products (``COVERED``) of
     float32 tensors on that device run fp32.v1 on the GPU where the data lies (no host
-    copy; ``linalg.matmul`` on device-resident operands), and so does the bias add
+    copy; ``linalg.matmul`` on device-resident operands; under numeric_mode fast the
+    vendor's sgemm instead, as ``mojolearn.modes`` says), and so does the bias add
     of addmm / baddbmm (rule 10.2); torch's fused attention kernels (flash,
     memory-efficient, cuDNN) are switched off while the mode is on, so
     ``scaled_dot_product_attention`` takes its math path (bmm). The elementwise ops
@@ -121,8 +122,8 @@ _gpu_ok = None  # the GPU build serves this process and drives torch's "cuda" de
 
 
 def gpu_covered() -> bool:
-    """True when float32 products of torch's "cuda" tensors (device 0) run fp32.v1 on
-    the GPU inside the mode: a GPU build serves this process (``MOJOLEARN_DEVICE``
+    """True when float32 products of torch's "cuda" tensors (device 0) run on the GPU
+    inside the mode (fp32.v1, or the vendor's sgemm under numeric_mode fast): a GPU build serves this process (``MOJOLEARN_DEVICE``
     auto or gpu) and drives the device torch calls "cuda" (CUDA or ROCm)."""
     global _gpu_ok
     if _gpu_ok is None:
