@@ -423,7 +423,7 @@ def main(argv=None):
     print()
     print(f"{'case':52s} {'mojolearn ms':>13s} {'peer':>14s} {'peer ms':>10s} {'ratio':>7s} {'best':>6s}  torch ms (ratio, best)")
     for r in B.rows:
-        ours = r["median_ms"].get("mojolearn", r["median_ms"].get("fixed15_v1"))
+        ours = r["median_ms"].get("mojolearn", r["median_ms"].get("fixed15_v1", float("nan")))
         peer = r.get("peer", "")
         pm = r["median_ms"].get(peer, float("nan"))
         tt = r["median_ms"].get("torch", r["median_ms"].get("torch_int_mm"))
