@@ -93,7 +93,7 @@ def load(results: Path = RESULTS) -> dict:
     """Every committed result file, by kind: {"cpu": [...], "gpu": [...], "resident": [...],
     "quality": [...]}; each entry is (file name, parsed JSON). Files of the -quick smoke
     run are left out (they are not committed)."""
-    out = {"cpu": [], "gpu": [], "resident": [], "quality": [], "drift": []}
+    out = {"cpu": [], "gpu": [], "resident": [], "quality": [], "drift": [], "cache": []}
     for p in sorted(results.glob("*.json")):
         if p.stem.endswith("-quick"):
             continue
@@ -261,6 +261,31 @@ def drift_table(files: list) -> list:
     return lines
 
 
+def cache_table(files: list) -> list:
+    """The cache-plan rows (`bench/cache_plan.py`): each case's time under the build's
+    tuned plan over its time under the plan made for this CPU's caches, one row per file."""
+    if not files:
+        return ["(no cache-plan result files in bench/results/)"]
+    lines = ["| box (build) | caches: this CPU / tuned for | A block rows (MC): this CPU / tuned | "
+             "tuned plan time / this CPU's plan time | commit, date | file |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, d in files:
+        plans = d.get("plans", {})
+        mine, ref = plans.get("this CPU", {}), plans.get("reference", {})
+
+        def kib(t, key="L2"):
+            return f"L2 {t[key] // 1024} KiB" if key in t else DASH
+
+        ratios = "; ".join(f"{r['case']} {r['reference_over_this_cpu']:.2f}"
+                           for r in d.get("rows", []) if "reference_over_this_cpu" in r) or DASH
+        cells = [f"{_short_box(_field(d, 'box'))} ({_field(d, 'isa')})",
+                 f"{kib(mine)} / {kib(ref)}",
+                 f"{mine.get('MC', DASH)} / {ref.get('MC', DASH)}", ratios,
+                 f"{_field(d, 'commit')}, {_field(d, 'date')}", f"`{name}`"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def render(results: Path = RESULTS) -> str:
     """The whole report (Markdown), as the README holds it between its markers."""
     r = load(results)
@@ -276,6 +301,9 @@ def render(results: Path = RESULTS) -> str:
     out += ["", "Drift (`python -m mojolearn drift`): what a looser `numeric_mode` does to a "
             "model's outputs against `identical`.", ""]
     out += drift_table(r["drift"])
+    out += ["", "Cache plans (`bench/cache_plan.py`): the GEMMs under the build's tuned cache "
+            "blocks over the blocks made for this CPU's caches (> 1: this CPU's plan faster).", ""]
+    out += cache_table(r["cache"])
     return "\n".join(out) + "\n"
 
 

@@ -23,7 +23,7 @@ from convert.cpu.quant import (
 from gemm.cpu.entry import register_gemm
 from gemm.cpu.prepared import register_prepared
 from gemm.cpu.ksplit import register_ksplit
-from gemm.cpu.blocking import block_table, W
+from gemm.cpu.blocking import block_table, W, cache_plan, set_cache_plan
 from gemm.cpu.pack_f32 import transpose_sq
 from std.collections import Array
 from transformer.cpu.entry import register_nn
@@ -333,11 +333,26 @@ def blocking(args: PythonObject) raises -> PythonObject:
     """This build's block-size table (gemm/cpu/blocking.mojo) as "NAME=value;..."
     (mojolearn._native_info.blocking() turns it into a dict)."""
     var out = String()
-    for e in block_table():
+    for e in block_table(cache_plan()):
         if out.byte_length() > 0:
             out += ";"
         out += e[0] + "=" + String(e[1])
     return PythonObject(out)
+
+
+def set_cache_sizes(args: PythonObject) raises -> PythonObject:
+    """Arguments: (L1d, L2, L3) in bytes, 0 where unknown. Makes this process's cache
+    plan for them (gemm/cpu/blocking.mojo: plan_for) and returns nothing; blocking()
+    then reports it. The loader calls it once with the sizes sysfs reports; the tests
+    call it to run the kernels on other plans (no plan can change a bit)."""
+    var sizes = List[Int]()
+    for i in range(3):
+        var v = _arg(args, i)
+        if v < 0 or v > (1 << 40):
+            raise Error("set_cache_sizes: a cache size outside [0, 2**40] bytes: " + String(v))
+        sizes.append(v)
+    _ = set_cache_plan(sizes[0], sizes[1], sizes[2])
+    return PythonObject(None)
 
 
 def isa(args: PythonObject) raises -> PythonObject:
@@ -366,6 +381,7 @@ def PyInit__native() abi("C") -> PythonObject:
         m.def_function[mxcsr_set]("mxcsr_set")
         m.def_function[isa]("isa")
         m.def_function[blocking]("blocking")
+        m.def_function[set_cache_sizes]("set_cache_sizes")
         register_gemm(m)
         register_prepared(m)
         register_ksplit(m)

@@ -7,11 +7,13 @@ Each test's docstring names the rule(s) of the fp32.v1 contract it checks:
 6.5 order depends on k only, 6.6 specials, 7 API, 8 degenerate shapes.
 
 Kernel paths covered on purpose (the CPU build has three): m <= ROWS_MAX with a
-float32 row-major B (the "rows" decode path; NT goes elsewhere), m up to MC and
-m > MC (the blocked path); n < 32, n a multiple of 32, odd n, and n > 512 (the
-column chunking of the small-m path). MR, MC and ROWS_MAX are read from the block
-table of the build this process runs (mojo/gemm/cpu/blocking.mojo: 12 / 144 with
-AVX-512, 6 / 72 with AVX2); tests/test_isa_kernels.py runs this file on every build.
+float32 row-major B (the "rows" decode path; NT goes elsewhere), m up to SMALL_M
+(the small-m path) and m > SMALL_M (the blocked path, in A blocks of MC rows); n < 32,
+n a multiple of 32, odd n, and n > 512 (the column chunking of the small-m path). MR,
+MC, SMALL_M and ROWS_MAX are read from the block table of the build this process runs
+(mojo/gemm/cpu/blocking.mojo; MC from the process's cache plan, so it differs between
+CPUs; tests/test_cache_plan.py runs the kernels on other plans);
+tests/test_isa_kernels.py runs this file on every build.
 """
 from __future__ import annotations
 
@@ -28,10 +30,14 @@ from tests.bits import assert_same_bits, u32
 F32 = np.float32
 BLOCKS = blocking()
 MR, MC, ROWS_MAX = BLOCKS["MR"], BLOCKS["MC"], BLOCKS["ROWS_MAX"]
+SMALL_M = BLOCKS["SMALL_M"]
+# the fewest rows on the blocked path that still fill more than one A block
+BLOCKED_M = max(MC, SMALL_M) + 1
 # every m to 14, then both sides of two register tiles (2 MR), half an A block (where
-# two tasks split m), the A block (MC) and two blocks
+# two tasks split m), the A block (MC), the small-m path's edge (SMALL_M) and two blocks
 EDGE_MS = sorted(set(range(1, 15)) | {ROWS_MAX, ROWS_MAX + 1}
-                 | {e + d for e in (2 * MR, MC // 2, MC) for d in (-1, 0, 1)} | {2 * MC + 1})
+                 | {e + d for e in (2 * MR, MC // 2, MC, SMALL_M) for d in (-1, 0, 1)}
+                 | {2 * MC + 1, BLOCKED_M + MC})
 
 
 # ---------------------------------------------------------------- helpers
@@ -122,12 +128,12 @@ def test_random_large_k(m, k, n):
 
 
 def test_blocked_path_column_chunks_large_k():
-    """6.4 6.5: m > MC with k = 131073: the blocked path packs B in 32-column chunks
-    at this k, so n = 70 crosses chunk boundaries (sampled rows vs the oracle)."""
-    m, k, n = MC + 1, 131073, 70
+    """6.4 6.5: m > MC, SMALL_M with k = 131073: the blocked path packs B in 32-column
+    chunks at this k, so n = 70 crosses chunk boundaries (sampled rows vs the oracle)."""
+    m, k, n = BLOCKED_M, 131073, 70
     a, b = normal(m, k), normal(k, n)
     got = np.asarray(linalg.matmul(a, b))
-    rows = sorted({0, 1, MR - 1, MR, MC // 2 - 1, MC // 2, MC - 1, MC})
+    rows = sorted({0, 1, MR - 1, MR, MC // 2 - 1, MC // 2, MC - 1, MC, m - 1})
     assert_same_bits(got[rows], oracle(a[rows], b), f"blocked {m}x131073x70")
 
 
@@ -140,10 +146,10 @@ def _visit_order_ks():
 
 @pytest.mark.parametrize("k", _visit_order_ks())
 def test_blocked_path_both_visit_orders(k):
-    """6.4 6.5: m > MC on both tile visit orders of the blocked path (column panel
-    outer with one panel's tree slots, or leaf outer with a whole block's slots);
+    """6.4 6.5: m > MC, SMALL_M on both tile visit orders of the blocked path (column
+    panel outer with one panel's tree slots, or leaf outer with a whole block's slots);
     NN, NT and TN against the oracle, with a second row block and an odd last panel."""
-    m, n = MC + 7, 70
+    m, n = BLOCKED_M + 6, 70
     a, b = normal(m, k), normal(k, n)
     check_all_layouts(a, b, f"blocked k={k}")
 
@@ -156,7 +162,7 @@ KU = BLOCKS["KU"]
 UNROLL_KS = sorted({r for r in range(1, 2 * KU + 2)} | {128 + r for r in range(1, KU + 1)})
 
 
-@pytest.mark.parametrize("m", [2 * MR + 1, MC + 1])
+@pytest.mark.parametrize("m", [2 * MR + 1, BLOCKED_M])
 @pytest.mark.parametrize("k", UNROLL_KS)
 def test_micro_kernel_unrolled_steps_and_tail(m, k):
     """6.3 6.5: the micro-kernel runs KU steps a loop iteration, then the leaf's last
@@ -169,7 +175,7 @@ def test_micro_kernel_unrolled_steps_and_tail(m, k):
 @pytest.mark.parametrize("m", EDGE_MS)
 def test_tile_edges(m):
     """6.3 6.4 6.5: every m from 1 to 14 and the register/panel/block edges of this
-    build's table (2 MR, MC / 2, MC, 2 MC + 1) against n at the 16/32-column edges, k = 257
+    build's table (2 MR, MC / 2, MC, SMALL_M, 2 MC + 1) against n at the 16/32-column edges, k = 257
     (three leaves), all layouts."""
     k = 257
     a = normal(m, k)
@@ -542,8 +548,9 @@ def test_block_table_is_consistent():
     # W: 16 (AVX-512), 8 (AVX2), 4 (NEON, and its x86 stand-in in test_explicit_flush.py)
     assert t["NR"] == t["NV"] * t["W"] and t["W"] in (4, 8, 16)
     assert t["MC"] % t["MR"] == 0 and t["MC"] > t["MR"] >= 1
+    assert t["SMALL_M"] % t["MR"] == 0 and t["NCS"] % t["NR"] == 0
     assert t["IMR"] >= 1 and t["INR"] % 16 == 0
-    assert {MC - 1, MC, MC + 1, 2 * MR} <= set(EDGE_MS)
+    assert {MC - 1, MC, MC + 1, SMALL_M, SMALL_M + 1, 2 * MR} <= set(EDGE_MS)
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 300, 7), (5, 129, 33), (150, 257, 40)])

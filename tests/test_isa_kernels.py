@@ -27,6 +27,7 @@ FILES = {
     "tests/test_convert.py": "not slow",
     "tests/test_prepared.py": "not slow",
     "tests/test_prepared_lowbit.py": None,
+    "tests/test_cache_plan.py": None,
 }
 
 

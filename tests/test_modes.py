@@ -27,7 +27,7 @@ from tests.bits import assert_same_bits
 ROOT = Path(__file__).resolve().parents[1]
 F32 = np.float32
 B = blocking()
-FAST_KC, MC, ROWS_MAX = B["FAST_KC"], B["MC"], B["ROWS_MAX"]
+FAST_KC, SMALL_M, ROWS_MAX = B["FAST_KC"], B["SMALL_M"], B["ROWS_MAX"]
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_resume_rules():
 # ---------------------------------------------------------------- what the modes compute
 
 
-SHAPES = [(1, 513, 9), (3, 1500, 40), (7, 1025, 33), (MC + 2, 2049, 20), (5, 300, 17)]
+SHAPES = [(1, 513, 9), (3, 1500, 40), (7, 1025, 33), (SMALL_M + 2, 2049, 20), (5, 300, 17)]
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES)

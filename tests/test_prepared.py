@@ -3,8 +3,8 @@ order depends on k only, never on how B reaches the kernel), and every use it wa
 made for is refused by name.
 
 Shapes sit on this build's block table (tests/test_isa_kernels.py runs this file on
-every CPU build this CPU can run): m on both sides of ROWS_MAX, MR and MC (the
-prepared product has a few-rows nest for m <= MC and the blocked nest above), n on
+every CPU build this CPU can run): m on both sides of ROWS_MAX, MR and SMALL_M (the
+prepared product has a few-rows nest for m <= SMALL_M and the blocked nest above), n on
 both sides of the panel width NR, k across several leaves.
 """
 from __future__ import annotations
@@ -27,8 +27,9 @@ from tests.bits import assert_same_bits
 F32 = np.float32
 ROOT = Path(__file__).resolve().parents[1]
 B = blocking()
-NR, MR, MC = B["NR"], B["MR"], B["MC"]
-MS = (1, 2, 3, 17, MR + 1, MC + 1)
+NR, MR, SMALL_M = B["NR"], B["MR"], B["SMALL_M"]
+BLOCK_MC = B["MC"]  # rows per A block of the blocked nest (the cache plan's)
+MS = (1, 2, 3, 17, MR + 1, SMALL_M + 1)
 NS = (1, NR - 1, NR + 1, 3 * NR + 5)
 KS = (1, 7, 129, 1000)  # 1000: eight leaves (an odd tree)
 
@@ -74,7 +75,7 @@ def test_same_bits_as_oracle(m):
                                    transpose_b=True), exp, "NT")
 
 
-@pytest.mark.parametrize("m", (1, 3, 17, MC + 1))
+@pytest.mark.parametrize("m", (1, 3, 17, SMALL_M + 1))
 def test_edge_values(m, threads):
     """6.1 6.6: subnormals (read as signed zeros), +-0, +-inf and NaN in both operands."""
     k, n = 300, NR + 7
@@ -111,7 +112,7 @@ def test_a_packed_once_across_column_chunks(lay, threads):
     column chunk: more than one chunk (n past 4096 columns), more than one row block,
     a partial last leaf; and a task whose copy of A would pass the bound (A packed per
     chunk as in the raw call). Same bits as the raw call either way."""
-    a = rnd(21, MC + 5, 300)
+    a = rnd(21, SMALL_M + 5, 300)
     w = rnd(22, *((4096 + NR + 3, 300) if lay == "NT" else (300, 4096 + NR + 3)))
     got, exp = both(a, w, transpose_b=lay == "NT")
     assert_same_bits(got, exp, f"a once {lay}")
@@ -134,7 +135,8 @@ def test_leaf_past_128():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("m", (1, 2, 3, 4, 5, MR, 2 * MR + 1, MC, MC + 1, 2 * MC + 3, 600))
+@pytest.mark.parametrize("m", sorted({1, 2, 3, 4, 5, MR, 2 * MR + 1, SMALL_M, SMALL_M + 1, 2 * SMALL_M + 3,
+                                      BLOCK_MC + 1, 2 * BLOCK_MC + 3, 600}))
 def test_exhaustive_shapes(m, threads):
     """6.5: every m across the nests, n and k around the panel width and the leaf."""
     for n in (1, NR - 1, NR, NR + 1, 2 * NR, 513, 1100):
@@ -176,7 +178,7 @@ def test_bf16():
         wb = bits if tb else np.ascontiguousarray(bits.T)
         p = linalg.prepare(wb, transpose_b=tb)
         assert p.profile == "mojolearn.identical.gemm.bf16f32.v1"
-        for m in (1, 5, MC + 2):
+        for m in (1, 5, SMALL_M + 2):
             a = rnd(15 + m, m, 300)
             ab = np.asarray(linalg.to_bf16(a))
             for aa in (a, ab):

@@ -5,8 +5,8 @@ read them, with the bits of fp32.v1 on the float32 weight the format materialize
 independent oracle.
 
 Every path of the prepared product is covered: the decode rows (m <= ROWS_MAX,
-widened in registers), the few-rows nest (m <= MC, one panel widened into the
-workspace at a time) and the blocked nest (m > MC, a column chunk widened at a time),
+widened in registers), the few-rows nest (m <= SMALL_M, one panel widened into the
+workspace at a time) and the blocked nest (m > SMALL_M, a column chunk widened at a time),
 1 and 2 threads. Edge values: int8 codes -128 and +-127, exponents at and past the
 ends of pow2f's range (127, 128: inf scales, so 0 * inf = NaN; -126, -127: zero
 scales), bf16 subnormals (read as signed zeros by rule 6.1), +-0, +-inf and NaN.
@@ -27,8 +27,8 @@ from tests.bits import assert_same_bits
 
 F32 = np.float32
 B = blocking()
-NR, MR, MC, ROWS_MAX = B["NR"], B["MR"], B["MC"], B["ROWS_MAX"]
-MS = (1, 2, 3, ROWS_MAX, ROWS_MAX + 1, 2 * MR + 1, MC + 1)
+NR, MR, SMALL_M, ROWS_MAX = B["NR"], B["MR"], B["SMALL_M"], B["ROWS_MAX"]
+MS = (1, 2, 3, ROWS_MAX, ROWS_MAX + 1, 2 * MR + 1, SMALL_M + 1)
 NK = ((1, 1), (NR - 1, 7), (NR + 1, 129), (3 * NR + 5, 300))
 
 
@@ -104,7 +104,7 @@ def test_bf16_panels_match_the_oracle(m, threads):
 def test_many_leaves_and_column_chunks():
     """6.2 6.4: k of several leaves (an odd tree) and more columns than one chunk of the
     blocked nest, both formats, m on the blocked path: the raw float32 product's bits."""
-    n, k, m = 600, 1000, MC + 3
+    n, k, m = 600, 1000, SMALL_M + 3
     codes, exps = int8_weight(50, n, k)
     exps[:] = np.clip(exps, -12, 4)
     a = rnd(51, m, k)

@@ -55,8 +55,37 @@ def cpu_native():
                 "(or `pip install .`)"
             ) from e
         _restore_environment()
+        l1d, l2, l3 = cache_sizes()
+        m.set_cache_sizes((l1d, l2, l3))
         _mod = m
     return _mod
+
+
+CACHES_ENV = "MOJOLEARN_CPU_CACHES"
+
+
+def cache_sizes() -> tuple:
+    """(L1d, L2, L3) in bytes, 0 where unknown, for the CPU build's cache plan
+    (mojo/gemm/cpu/blocking.mojo: the blocks that stay in a cache scale with these;
+    no size changes a bit). What sysfs reports for the first CPU, unless
+    MOJOLEARN_CPU_CACHES gives them, e.g. ``L1d=32K,L2=512K,L3=32M`` (any of the three;
+    the others still from sysfs): for a virtual machine whose hypervisor reports
+    caches the CPU does not have."""
+    from . import _box
+
+    found = _box.caches()
+    sizes = {"L1d": found.get("L1d", 0), "L2": found.get("L2", 0), "L3": found.get("L3", 0)}
+    raw = os.environ.get(CACHES_ENV)
+    if raw is not None:
+        for item in raw.split(","):
+            key, sep, value = item.strip().partition("=")
+            size = _box._size_bytes(value) if sep and value.strip() else None
+            if key not in sizes or size is None or size <= 0 or size > (1 << 40):
+                raise ValueError(
+                    f"mojolearn: {CACHES_ENV}={raw!r}: each item is L1d=, L2= or L3= with a "
+                    f"size in bytes or K / M / G (e.g. L1d=32K,L2=512K,L3=32M); got {item!r}")
+            sizes[key] = size
+    return sizes["L1d"], sizes["L2"], sizes["L3"]
 
 
 # Loading the Mojo runtime writes MOJO_PYTHON_LIBRARY, PYTHONEXECUTABLE and

@@ -42,8 +42,7 @@ from common.ptr import I8Ptr, I32Ptr, U32Ptr
 from gemm.cpu.blocking import round_up
 from gemm.cpu.blocking import AMX_KB as KB  # k-bytes per tile row
 from gemm.cpu.blocking import AMX_TILE_BYTES as TILE_BYTES
-from gemm.cpu.blocking import AMX_A_BLOCK_BYTES as A_BLOCK_BYTES  # packed A block kept in L2
-from gemm.cpu.blocking import AMX_B_CHUNK_BYTES as B_CHUNK_BYTES
+from gemm.cpu.blocking import CachePlan  # blocks: the plan's amx_a_block_bytes (L2) / amx_b_chunk_bytes
 from gemm.cpu.blocking import AMX_KC_BLOCKS as KC_BLOCKS  # k-blocks per k-chunk: the B unit of a chunk in L1
 from gemm.cpu.blocking import AMX_PF_BYTES as PF_BYTES  # software prefetch distance in the A stream
 from gemm.cpu.int_gemm import IntArgs, store_scaled
@@ -68,19 +67,19 @@ def unit_lines(int15: Bool) -> Int:
     return 16 if int15 else 32
 
 
-def amx_mc(k: Int, rows: Int, int15: Bool) -> Int:
-    """Rows of one packed A block (whole units, at most A_BLOCK_BYTES)."""
+def amx_mc(p: CachePlan, k: Int, rows: Int, int15: Bool) -> Int:
+    """Rows of one packed A block (whole units, at most the plan's amx_a_block_bytes)."""
     var u = unit_lines(int15)
     var per_unit = _kblocks(k) * UNIT_BYTES
-    var units = max(1, A_BLOCK_BYTES // per_unit)
+    var units = max(1, p.amx_a_block_bytes // per_unit)
     return min(units * u, round_up(rows, u))
 
 
-def amx_nc(k: Int, cols: Int, int15: Bool) -> Int:
-    """Columns of one packed B chunk (whole units, at most B_CHUNK_BYTES)."""
+def amx_nc(p: CachePlan, k: Int, cols: Int, int15: Bool) -> Int:
+    """Columns of one packed B chunk (whole units, at most the plan's amx_b_chunk_bytes)."""
     var u = unit_lines(int15)
     var per_unit = _kblocks(k) * UNIT_BYTES
-    var units = max(1, B_CHUNK_BYTES // per_unit)
+    var units = max(1, p.amx_b_chunk_bytes // per_unit)
     return min(units * u, round_up(cols, u))
 
 
@@ -89,8 +88,8 @@ def amx_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
     configuration and the sums of every unit of the A block."""
     var u = unit_lines(g.int15)
     var per_unit = _kblocks(g.k) * UNIT_BYTES
-    var mu = amx_mc(g.k, rows, g.int15) // u
-    var nu = amx_nc(g.k, cols, g.int15) // u
+    var mu = amx_mc(g.plan, g.k, rows, g.int15) // u
+    var nu = amx_nc(g.plan, g.k, cols, g.int15) // u
     return (mu + nu) * per_unit // 4 + CFG_WORDS + mu * CBUF_WORDS
 
 
@@ -332,8 +331,8 @@ def amx_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
     var kbn = _kblocks(k)
     var u = unit_lines(g.int15)
     var per_unit = kbn * UNIT_BYTES
-    var mc_max = amx_mc(k, i_hi - i_lo, g.int15)
-    var nc_max = amx_nc(k, j_hi - j_lo, g.int15)
+    var mc_max = amx_mc(g.plan, k, i_hi - i_lo, g.int15)
+    var nc_max = amx_nc(g.plan, k, j_hi - j_lo, g.int15)
     var a_pk = ws.unsafe_bitcast[Int8]()
     var b_pk = ws.unsafe_offset((mc_max // u) * per_unit // 4)
     var cfg = b_pk.unsafe_offset((nc_max // u) * per_unit // 4)

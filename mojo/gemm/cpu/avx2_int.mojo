@@ -43,8 +43,7 @@ from gemm.cpu.blocking import AVX2_MR15 as AMR15  # int15 keeps two sums per out
 from gemm.cpu.blocking import AVX2_G15 as G15  # int15: k-pairs per exact int32 partial sum
 from gemm.cpu.blocking import AVX2_NR as ANR  # columns per register tile (two 8-lane vectors)
 from gemm.cpu.blocking import AVX2_V as AV  # int32 lanes per vector
-from gemm.cpu.blocking import AVX2_A_BLOCK_BYTES as A_BLOCK_BYTES
-from gemm.cpu.blocking import AVX2_B_CHUNK_BYTES as B_CHUNK_BYTES
+from gemm.cpu.blocking import CachePlan  # blocks: the plan's avx2_a_block_bytes / avx2_b_chunk_bytes
 from gemm.cpu.int_gemm import IntArgs, store_scaled
 from arith.quant import join15_sums, fold_split_sum, join_split_sum
 from gemm.cpu.pack_f32 import transpose8, store_first
@@ -65,14 +64,15 @@ def _mr(int15: Bool) -> Int:
     return AMR15 if int15 else AMR
 
 
-def avx2_mc(k: Int, rows: Int, mr: Int) -> Int:
-    """Rows of A per block: a multiple of the panel's mr rows within A_BLOCK_BYTES."""
-    var mc = max(mr, (A_BLOCK_BYTES // (_pairs(k) * 4)) // mr * mr)
+def avx2_mc(p: CachePlan, k: Int, rows: Int, mr: Int) -> Int:
+    """Rows of A per block: a multiple of the panel's mr rows within the plan's
+    avx2_a_block_bytes."""
+    var mc = max(mr, (p.avx2_a_block_bytes // (_pairs(k) * 4)) // mr * mr)
     return min(mc, round_up(rows, mr))
 
 
 def avx2_nc(g: IntArgs, cols: Int) -> Int:
-    var nc = max(ANR, (B_CHUNK_BYTES // (_pairs(g.k) * 4)) // ANR * ANR)
+    var nc = max(ANR, (g.plan.avx2_b_chunk_bytes // (_pairs(g.k) * 4)) // ANR * ANR)
     return min(nc, round_up(cols, ANR))
 
 
@@ -82,16 +82,16 @@ def _a_once(k: Int, rows: Int, mr: Int) -> Bool:
     return round_up(rows, mr) * _pairs(k) * 4 <= A_ONCE_BYTES
 
 
-def _a_words(k: Int, rows: Int, mr: Int) -> Int:
+def _a_words(p: CachePlan, k: Int, rows: Int, mr: Int) -> Int:
     """Words of the packed A: the task's rows (a_once) or one block, in mr-row panels."""
-    var r = rows if _a_once(k, rows, mr) else avx2_mc(k, rows, mr)
+    var r = rows if _a_once(k, rows, mr) else avx2_mc(p, k, rows, mr)
     return round_up(r, mr) * _pairs(k)
 
 
 def avx2_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
     """Workspace (32-bit words) of one task."""
     var kp = _pairs(g.k)
-    return _a_words(g.k, rows, _mr(g.int15)) + avx2_nc(g, cols) * kp + ACC15_WORDS + 16
+    return _a_words(g.plan, g.k, rows, _mr(g.int15)) + avx2_nc(g, cols) * kp + ACC15_WORDS + 16
 
 
 @always_inline
@@ -287,10 +287,10 @@ def avx2_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Pt
     var k = g.k
     var kp = _pairs(k)
     var mr = _mr(g.int15)
-    var mc_max = avx2_mc(k, i_hi - i_lo, mr)
+    var mc_max = avx2_mc(g.plan, k, i_hi - i_lo, mr)
     var nc_max = avx2_nc(g, j_hi - j_lo)
     var a_once = _a_once(k, i_hi - i_lo, mr)
-    var a_words = _a_words(k, i_hi - i_lo, mr)
+    var a_words = _a_words(g.plan, k, i_hi - i_lo, mr)
     var b_words = nc_max * kp
     var a_p = ws
     var b_h = ws.unsafe_offset(a_words)

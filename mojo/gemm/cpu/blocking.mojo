@@ -30,9 +30,24 @@ avx2_int.mojo (v3): AVX2_MR x AVX2_NR tile of AVX2_V lanes (int15: AVX2_MR15 x A
 amx_int.mojo (amx): AMX_KB k-bytes a tile row, AMX_KC_BLOCKS k-blocks a k-chunk, blocks
 EXPLICIT_FLUSH (not a size): 1 when this build reads subnormal inputs by explicit flushes
     instead of the hardware's DAZ (common/fpstate.mojo); the same bits either way
+
+The cache plan (CachePlan, below): the blocks meant to stay in a cache are not
+constants but a function of the cache sizes this CPU reports. Each build's constants
+were tuned on one machine (REF_L2 / REF_L3 below: v3 on an AMD Zen 3 with 512 KiB of
+L2, v4 on AMD Zen 4 / Zen 5 with 1 MiB, amx on an Intel Sapphire Rapids with 2 MiB),
+and plan_for keeps the share of the cache they were tuned to use: an L2-resident
+block scales with L2 / REF_L2 (within a quarter and four times the tuned value), an
+L3-resident chunk shrinks with L3 / REF_L3 when the L3 is smaller (never grows: a
+larger L3 needs no larger chunk). On the reference machines the plan IS the tuned
+table. mojolearn's loader hands the sysfs sizes over once per process
+(set_cache_plan); until then, and where sysfs reports none, the reference plan
+serves. Every entry reads the plan once per call (GemmArgs.plan, IntArgs.plan), so a
+call's workspace size and its blocks always agree. No block size can change a bit
+(the same reason as above); tests/test_cache_plan.py checks that on extreme plans.
 """
 from std.sys import simd_width_of
 from std.sys.info import CompilationTarget
+from std.ffi import _Global
 from common.fpstate import EXPLICIT_FLUSH
 
 # ---------------------------------------------------------------- fp32.v1 / bf16f32.v1
@@ -43,7 +58,10 @@ comptime MR = 12 if W >= 16 else 6
 # AVX2 (v3): 216 rows. On Zen 3 (512 KiB L2), 72 rows left 2 threads at 0.80-0.90x
 # numpy on 1024^3 / 2048^3 and 0.72x at m = 144; 216 rows (each packed B leaf slice
 # reused by 36 tiles instead of 12) gave 0.93-1.0x in the same runs
-comptime MC = 12 * MR if W >= 16 else 36 * MR
+comptime MC = 12 * MR if W >= 16 else 36 * MR  # the reference plan's mc (see CachePlan)
+# the few-rows path (f32_block_small_m, f32_small_prepared) serves m <= SMALL_M: a
+# choice of loop nest, not a cache block, so it stays fixed (the tuned MC)
+comptime SMALL_M = MC
 comptime NCS = 512
 # k steps per iteration of the micro-kernel loop. AVX2 (v3): 4. On the AMD EPYC Zen 3
 # (2 cores) the one-step loop left the blocked kernel at 57-73 GF/s a core against
@@ -95,20 +113,113 @@ def round_up(x: Int, m: Int) -> Int:
     return (x + m - 1) // m * m
 
 
-def block_table() -> List[Tuple[String, Int]]:
-    """This build's table as (name, value) pairs, for the tests and the docs. The
-    integer kernel that serves a build: AMX (amx), AVX2 (v3) or AVX-512 (v4)."""
+# ---------------------------------------------------------------- the cache plan
+# the caches each build's table was tuned against (see the module docstring)
+comptime REF_L1D = 32 * 1024
+comptime REF_L2 = 2048 * 1024 if CompilationTarget.has_intel_amx() else (
+    1024 * 1024 if CompilationTarget.has_avx512f() else 512 * 1024)
+comptime REF_L3 = 32 * 1024 * 1024
+comptime PLAN_MIN_DIV = 4  # an L2 block is at least its tuned value / 4 ...
+comptime PLAN_MAX_MUL = 4  # ... and at most 4 times it
+comptime PLAN_GLOBAL = "mojolearn_cpu_cache_plan_" + (
+    "amx" if CompilationTarget.has_intel_amx() else ("v4" if CompilationTarget.has_avx512f() else "v3"))
+
+
+@fieldwise_init
+struct CachePlan(ImplicitlyCopyable, Movable):
+    """The cache blocks of one process (see the module docstring); sizes in bytes,
+    mc and ncs in rows / columns."""
+    var l1d: Int  # the sizes this plan was made for
+    var l2: Int
+    var l3: Int
+    var from_system: Bool  # made from the sizes the system reported (not the reference)
+    var mc: Int  # fp32.v1 rows of A per block (a multiple of MR)
+    var ncs: Int  # fp32.v1 small-m path: columns of B per chunk (a multiple of NR)
+    var pack_b_bytes: Int
+    var panel_outer_a_bytes: Int
+    var int_a_block_bytes: Int
+    var int_pack_b_bytes: Int
+    var avx2_a_block_bytes: Int
+    var avx2_b_chunk_bytes: Int
+    var amx_a_block_bytes: Int
+    var amx_b_chunk_bytes: Int
+
+
+def _scale_l2(tuned: Int, l2: Int, unit: Int) -> Int:
+    """tuned * l2 / REF_L2, a multiple of unit, within [tuned / 4, 4 * tuned]."""
+    var v = tuned * l2 // REF_L2
+    v = max(tuned // PLAN_MIN_DIV, min(tuned * PLAN_MAX_MUL, v))
+    return max(unit, v // unit * unit)
+
+
+def _scale_l3(tuned: Int, l3: Int, unit: Int) -> Int:
+    """tuned * min(l3, REF_L3) / REF_L3, a multiple of unit, at least tuned / 4."""
+    var v = tuned * min(l3, REF_L3) // REF_L3
+    v = max(tuned // PLAN_MIN_DIV, v)
+    return max(unit, v // unit * unit)
+
+
+def plan_for(l1d: Int, l2: Int, l3: Int, from_system: Bool) -> CachePlan:
+    """The plan for these cache sizes (bytes; 0 where unknown: that level's reference
+    size serves). On the reference sizes it is the tuned table."""
+    var c1 = l1d if l1d > 0 else REF_L1D
+    var c2 = l2 if l2 > 0 else REF_L2
+    var c3 = l3 if l3 > 0 else REF_L3
+    return CachePlan(
+        c1, c2, c3, from_system,
+        _scale_l2(MC, c2, MR),
+        _scale_l2(NCS, c2, NR),
+        _scale_l3(PACK_B_BYTES, c3, 64 * 1024),
+        _scale_l2(PANEL_OUTER_A_BYTES, c2, 4096),
+        _scale_l2(INT_A_BLOCK_BYTES, c2, 4096),
+        _scale_l3(INT_PACK_B_BYTES, c3, 64 * 1024),
+        _scale_l2(AVX2_A_BLOCK_BYTES, c2, 4096),
+        _scale_l3(AVX2_B_CHUNK_BYTES, c3, 64 * 1024),
+        _scale_l2(AMX_A_BLOCK_BYTES, c2, 4096),
+        _scale_l3(AMX_B_CHUNK_BYTES, c3, 64 * 1024),
+    )
+
+
+def reference_plan() -> CachePlan:
+    return plan_for(0, 0, 0, False)
+
+
+def cache_plan() raises -> CachePlan:
+    """This process's plan (the reference plan until set_cache_plan is called)."""
+    return _Global[PLAN_GLOBAL, reference_plan].get_or_create_ptr()[]
+
+
+def set_cache_plan(l1d: Int, l2: Int, l3: Int) raises -> CachePlan:
+    """Make this process's plan for the sizes the system reports (0: unknown). Called
+    by the loader, under the GIL, before any kernel runs; tests call it to run the
+    kernels on other plans."""
+    var p = plan_for(l1d, l2, l3, l1d > 0 or l2 > 0 or l3 > 0)
+    _Global[PLAN_GLOBAL, reference_plan].get_or_create_ptr()[] = p
+    return p
+
+
+def block_table(p: CachePlan) -> List[Tuple[String, Int]]:
+    """This build's table as (name, value) pairs, for the tests and the docs, with the
+    cache blocks of plan p (the process's: cache_plan()). The integer kernel that
+    serves a build: AMX (amx), AVX2 (v3) or AVX-512 (v4)."""
     var t = List[Tuple[String, Int]]()
+    t.append(("L1D", p.l1d))
+    t.append(("L2", p.l2))
+    t.append(("L3", p.l3))
+    t.append(("REF_L2", REF_L2))
+    t.append(("REF_L3", REF_L3))
+    t.append(("PLAN_FROM_SYSTEM", 1 if p.from_system else 0))
     t.append(("W", W))
     t.append(("NV", NV))
     t.append(("NR", NR))
     t.append(("MR", MR))
-    t.append(("MC", MC))
-    t.append(("NCS", NCS))
+    t.append(("MC", p.mc))
+    t.append(("SMALL_M", SMALL_M))
+    t.append(("NCS", p.ncs))
     t.append(("KU", KU))
     t.append(("FAST_KC", FAST_KC))
-    t.append(("PACK_B_BYTES", PACK_B_BYTES))
-    t.append(("PANEL_OUTER_A_BYTES", PANEL_OUTER_A_BYTES))
+    t.append(("PACK_B_BYTES", p.pack_b_bytes))
+    t.append(("PANEL_OUTER_A_BYTES", p.panel_outer_a_bytes))
     t.append(("ROWS_MAX", ROWS_MAX))
     t.append(("TCHUNK", TCHUNK))
     t.append(("INT_ROWS_MAX", INT_ROWS_MAX))
@@ -118,18 +229,18 @@ def block_table() -> List[Tuple[String, Int]]:
     comptime if CompilationTarget.has_intel_amx():
         t.append(("AMX_KB", AMX_KB))
         t.append(("AMX_KC_BLOCKS", AMX_KC_BLOCKS))
-        t.append(("AMX_A_BLOCK_BYTES", AMX_A_BLOCK_BYTES))
-        t.append(("AMX_B_CHUNK_BYTES", AMX_B_CHUNK_BYTES))
+        t.append(("AMX_A_BLOCK_BYTES", p.amx_a_block_bytes))
+        t.append(("AMX_B_CHUNK_BYTES", p.amx_b_chunk_bytes))
         t.append(("AMX_PF_BYTES", AMX_PF_BYTES))
     elif not CompilationTarget.has_avx512f():
         t.append(("AVX2_MR", AVX2_MR))
         t.append(("AVX2_MR15", AVX2_MR15))
         t.append(("AVX2_G15", AVX2_G15))
         t.append(("AVX2_NR", AVX2_NR))
-        t.append(("AVX2_A_BLOCK_BYTES", AVX2_A_BLOCK_BYTES))
-        t.append(("AVX2_B_CHUNK_BYTES", AVX2_B_CHUNK_BYTES))
+        t.append(("AVX2_A_BLOCK_BYTES", p.avx2_a_block_bytes))
+        t.append(("AVX2_B_CHUNK_BYTES", p.avx2_b_chunk_bytes))
     else:
         t.append(("IMC", IMC))
-        t.append(("INT_A_BLOCK_BYTES", INT_A_BLOCK_BYTES))
-        t.append(("INT_PACK_B_BYTES", INT_PACK_B_BYTES))
+        t.append(("INT_A_BLOCK_BYTES", p.int_a_block_bytes))
+        t.append(("INT_PACK_B_BYTES", p.int_pack_b_bytes))
     return t^

@@ -5,7 +5,7 @@ from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from common.ptr import F32Ptr
 from common.tasks import chunk_bounds, run_tasks, nothing
-from gemm.cpu.blocking import MR, NR, MC, round_up
+from gemm.cpu.blocking import MR, NR, SMALL_M, round_up, cache_plan
 from arith.tree import tree_add
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
 from gemm.cpu.int_gemm import with_e32, IntArgs, int_block, int_ws, vnni_packed_words, vnni_pack_all
@@ -35,6 +35,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6) != 0, _arg(args, 7) != 0, _arg(args, 8) != 0,
         _arg(args, 9) != 0, _arg(args, 12) != 0, mode_leaf(_arg(args, 10), _arg(args, 5)),
+        cache_plan(),
     )
     var tasks = max(1, _arg(args, 11))
     if g.k == 0:
@@ -52,7 +53,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     # split the columns when there are enough NR panels, else the rows
     var npan = (n + NR - 1) // NR
     var mpan = (m + MR - 1) // MR
-    var small_m = m <= MC
+    var small_m = m <= SMALL_M
     var rows_path = m <= ROWS_MAX and not g.b_bf16
     var split_n = small_m or npan >= 2 * tasks or npan >= mpan
     var units = npan if split_n else mpan
@@ -211,7 +212,7 @@ def gemm_int8(args: PythonObject) raises -> PythonObject:
     """Arguments: (a codes, a exps, b codes, b exps, c, m, n, k, tasks, sabotage, ws, ws bytes)."""
     var g = IntArgs(
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 4),
-        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0, 0, False, False,
+        _arg(args, 5), _arg(args, 6), _arg(args, 7), False, _arg(args, 9) != 0, 0, False, False, cache_plan(),
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 8)), _arg(args, 10), _arg(args, 11)))
 
@@ -221,7 +222,7 @@ def gemm_int15(args: PythonObject) raises -> PythonObject:
     var g = IntArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9), True,
-        _arg(args, 11) != 0, 0, False, False,
+        _arg(args, 11) != 0, 0, False, False, cache_plan(),
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 10)), _arg(args, 12), _arg(args, 13)))
 
@@ -277,7 +278,7 @@ def gemm_int8_packed(args: PythonObject) raises -> PythonObject:
     (the decode rows read the codes as stored)."""
     var g = IntArgs(
         _arg(args, 0), 0, _arg(args, 1), _arg(args, 2), 0, _arg(args, 3), _arg(args, 5),
-        _arg(args, 6), _arg(args, 7), _arg(args, 8), False, _arg(args, 10) != 0, _arg(args, 4), False, False,
+        _arg(args, 6), _arg(args, 7), _arg(args, 8), False, _arg(args, 10) != 0, _arg(args, 4), False, False, cache_plan(),
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 9)), _arg(args, 11), _arg(args, 12)))
 
@@ -288,7 +289,7 @@ def gemm_int15_packed(args: PythonObject) raises -> PythonObject:
     var g = IntArgs(
         _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
         _arg(args, 5), _arg(args, 7), _arg(args, 8), _arg(args, 9), _arg(args, 10), True,
-        _arg(args, 12) != 0, _arg(args, 6), False, False,
+        _arg(args, 12) != 0, _arg(args, 6), False, False, cache_plan(),
     )
     return PythonObject(_int_call(g, max(1, _arg(args, 11)), _arg(args, 13), _arg(args, 14)))
 

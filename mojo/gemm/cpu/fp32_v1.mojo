@@ -3,22 +3,22 @@
 One task computes C[i_lo:i_hi, j_lo:j_hi] alone, so any split of the output over
 tasks gives the same bits (contract 6.5). Per task:
   for each NC chunk of columns: pack B (all of k)
-    for each MC block of rows:
-      panel outer (the block's A over all of k within PANEL_OUTER_A_BYTES):
-        pack A (MC x k); for each NR panel, each leaf p, each MR panel:
+    for each block of mc rows (the process's cache plan: blocking.CachePlan):
+      panel outer (the block's A over all of k within the plan's panel_outer_a_bytes):
+        pack A (mc x k); for each NR panel, each leaf p, each MR panel:
           micro-kernel (one leaf) + tree merge; tree slots of one column panel (L2)
       else:
-        for each leaf p (k0 = p*L): pack A (MC x L)
+        for each leaf p (k0 = p*L): pack A (mc x L)
           for each NR panel, each MR panel: micro-kernel (one leaf) + tree merge;
-          tree slots of the whole MC x NC block
+          tree slots of the whole mc x NC block
 Every tile sees its leaves in ascending order either way: the visit order of tiles is
 all that differs, which no output can see.
 Workspace: the packed B chunk, the packed A block and the tree slots - packing panels
-only, bounded by PACK_B_BYTES.
+only, bounded by the plan's pack_b_bytes.
 """
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W, MC, NCS, PACK_B_BYTES, PANEL_OUTER_A_BYTES, FAST_KC, round_up
+from gemm.cpu.blocking import MR, NR, NV, W, FAST_KC, CachePlan, round_up
 from arith.tree import leaf_size, leaf_count, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
@@ -40,6 +40,7 @@ struct GemmArgs(ImplicitlyCopyable, Movable):
     var b_bf16: Bool
     var sabotage: Bool
     var leaf: Int  # k-steps a leaf chain: the contract's leaf_size(k), or mode_leaf's
+    var plan: CachePlan  # the process's cache blocks (blocking.cache_plan), read once per call
 
     @always_inline
     def nleaves(self) -> Int:
@@ -61,8 +62,8 @@ def mode_leaf(mode: Int, k: Int) -> Int:
     return max(leaf_size(k), FAST_KC)
 
 
-def nc_for(k: Int, ncols: Int) -> Int:
-    var nc = (PACK_B_BYTES // (4 * max(k, 1))) // NR * NR
+def nc_for(p: CachePlan, k: Int, ncols: Int) -> Int:
+    var nc = (p.pack_b_bytes // (4 * max(k, 1))) // NR * NR
     nc = max(NR, min(nc, 4096))
     return min(nc, round_up(ncols, NR))
 
@@ -76,21 +77,21 @@ def a_once_fits(k: Int, i_rows: Int) -> Bool:
     return round_up(i_rows, MR) * k * 4 <= A_ONCE_BYTES
 
 
-def panel_outer(k: Int, i_rows: Int) -> Bool:
+def panel_outer(p: CachePlan, k: Int, i_rows: Int) -> Bool:
     """Whether f32_block visits a row block panel by panel (every leaf of one column
     panel before the next, A packed over all of k, the tree slots of one column panel
     only: they stay in L2) rather than leaf by leaf (A packed one leaf at a time, the
-    slots of a whole MC x NC block: megabytes, in L3). The first needs the block's A
-    over all of k to stay within PANEL_OUTER_A_BYTES."""
-    return round_up(min(MC, i_rows), MR) * k * 4 <= PANEL_OUTER_A_BYTES
+    slots of a whole mc x NC block: megabytes, in L3). The first needs the block's A
+    over all of k to stay within the plan's panel_outer_a_bytes."""
+    return round_up(min(p.mc, i_rows), MR) * k * 4 <= p.panel_outer_a_bytes
 
 
-def _a_part(k: Int, i_rows: Int, L: Int, a_once: Bool) -> Int:
+def _a_part(p: CachePlan, k: Int, i_rows: Int, L: Int, a_once: Bool) -> Int:
     if a_once:
         return round_up(round_up(i_rows, MR) * k, 16)
-    if panel_outer(k, i_rows):
-        return round_up(round_up(min(MC, i_rows), MR) * k, 16)
-    return round_up(round_up(min(MC, i_rows), MR) * L, 16)
+    if panel_outer(p, k, i_rows):
+        return round_up(round_up(min(p.mc, i_rows), MR) * k, 16)
+    return round_up(round_up(min(p.mc, i_rows), MR) * L, 16)
 
 
 def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
@@ -99,12 +100,12 @@ def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
     chunk when B comes prepared; A over all of k when a_once)."""
     var L = g.leaf
     var nleaves = g.nleaves()
-    var nc_max = nc_for(g.k, j_cols)
-    var mc_pad = round_up(min(MC, i_rows), MR)
-    var slot_cols = NR if panel_outer(g.k, i_rows) else nc_max
+    var nc_max = nc_for(g.plan, g.k, j_cols)
+    var mc_pad = round_up(min(g.plan.mc, i_rows), MR)
+    var slot_cols = NR if panel_outer(g.plan, g.k, i_rows) else nc_max
     var nslots = mc_pad * slot_cols * bit_length(nleaves) if nleaves > 1 else NR
     var bpart = 0 if prepared else round_up(nc_max * g.k, 16)
-    return bpart + _a_part(g.k, i_rows, L, a_once) + round_up(nslots, 16)
+    return bpart + _a_part(g.plan, g.k, i_rows, L, a_once) + round_up(nslots, 16)
 
 
 def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int = 0,
@@ -128,14 +129,15 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var L = g.leaf
     var nleaves = g.nleaves()
     var levels = bit_length(nleaves)
-    var nc_max = nc_for(k, j_hi - j_lo)
+    var MC = g.plan.mc
+    var nc_max = nc_for(g.plan, k, j_hi - j_lo)
     var mc_pad = round_up(min(MC, i_hi - i_lo), MR)
     var bpack = ws
     var own_b = bpre == 0 or bfmt != PANELS_F32  # a packed B chunk in the workspace
     var apack = ws.unsafe_offset(round_up(nc_max * k, 16)) if own_b else ws
-    var outer = panel_outer(k, i_hi - i_lo)
+    var outer = panel_outer(g.plan, k, i_hi - i_lo)
     var level_stride = mc_pad * (NR if outer else nc_max)
-    var slots = apack.unsafe_offset(_a_part(k, i_hi - i_lo, L, a_once))
+    var slots = apack.unsafe_offset(_a_part(g.plan, k, i_hi - i_lo, L, a_once))
     if a_once:
         # block ic's leaf p at (ic - i_lo) * k + round_up(mc, MR) * k0
         var ib = i_lo
@@ -225,14 +227,14 @@ def f32_small_ws(g: GemmArgs, i_rows: Int, j_cols: Int) -> Int:
     var L = g.leaf
     var nleaves = g.nleaves()
     var mpan = (i_rows + MR - 1) // MR
-    var ncs = min(NCS, round_up(j_cols, NR))
+    var ncs = min(g.plan.ncs, round_up(j_cols, NR))
     var slots = mpan * MR * ncs * max(bit_length(nleaves), 1)
     return round_up(mpan * MR * g.k, 16) + round_up((ncs // NR) * panel_stride(L), 16) + round_up(slots, 16)
 
 
 def f32_block_small_m(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr):
-    """The same arithmetic for few rows (i_hi - i_lo <= MC): A is packed once over all
-    of k; B is packed one leaf at a time for a chunk of NCS columns (a block that
+    """The same arithmetic for few rows (i_hi - i_lo <= SMALL_M): A is packed once over all
+    of k; B is packed one leaf at a time for a chunk of the plan's ncs columns (a block that
     stays in L2), so B streams from memory once, row segments read contiguously.
     Tree slots cover one chunk."""
     var n = g.n
@@ -247,7 +249,7 @@ def f32_block_small_m(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, w
     var levels = bit_length(nleaves)
     var mc = i_hi - i_lo
     var mpan = (mc + MR - 1) // MR
-    var ncs = min(NCS, round_up(j_hi - j_lo, NR))
+    var ncs = min(g.plan.ncs, round_up(j_hi - j_lo, NR))
     var apack = ws
     var bleaf = ws.unsafe_offset(round_up(mpan * MR * k, 16))
     var level_stride = mpan * MR * ncs

@@ -12,7 +12,7 @@ Output: ftz(f32(S) * pow2f(ea[i] + eb[j])), f32 rounding to nearest even.
 """
 from std.collections import Array
 from common.ptr import F32Ptr, I8Ptr, I32Ptr, U32Ptr
-from gemm.cpu.blocking import round_up, IMC, INT_A_BLOCK_BYTES, INT_PACK_B_BYTES
+from gemm.cpu.blocking import round_up, IMC, CachePlan
 from gemm.cpu.pack_int import IMR, INR, kgroups, pack_a_int, pack_b_int
 from gemm.cpu.ukernel_int import IW, INV, IAcc, ukernel_int, ukernel_int_2b
 from arith.fp import pow2f_w
@@ -37,6 +37,7 @@ struct IntArgs(ImplicitlyCopyable, Movable):
     var bpre: Int  # 0, or B prepared over all n in this build's layout (int_pack_all)
     var e32: Bool  # every exponent of ea and eb inside (-2**30, 2**30): see with_e32
     var e_norm: Bool  # every sum ea[i] + eb[j] inside [-126, 127]: see with_e32
+    var plan: CachePlan  # the process's cache blocks (blocking.cache_plan), read once per call
 
 
 def with_e32(g: IntArgs) -> IntArgs:
@@ -70,17 +71,17 @@ def with_e32(g: IntArgs) -> IntArgs:
     return r
 
 
-def nc_int(k: Int, ncols: Int) -> Int:
+def nc_int(p: CachePlan, k: Int, ncols: Int) -> Int:
     var per_col = (kgroups(k) * 4 + 4)
-    var nc = (INT_PACK_B_BYTES // per_col) // INR * INR
+    var nc = (p.int_pack_b_bytes // per_col) // INR * INR
     nc = max(INR, min(nc, 4096))
     return min(nc, round_up(ncols, INR))
 
 
-def imc_for(k: Int) -> Int:
+def imc_for(p: CachePlan, k: Int) -> Int:
     """Rows of A per block: a multiple of IMR, at most IMC, the packed block within
-    INT_A_BLOCK_BYTES."""
-    var mc = (INT_A_BLOCK_BYTES // (kgroups(k) * 4)) // IMR * IMR
+    the plan's int_a_block_bytes."""
+    var mc = (p.int_a_block_bytes // (kgroups(k) * 4)) // IMR * IMR
     return max(IMR, min(IMC, mc))
 
 
@@ -88,8 +89,8 @@ def int_ws(g: IntArgs, rows: Int, cols: Int) -> Int:
     """Workspace (32-bit words) for one task's block."""
     var kg = kgroups(g.k)
     var planes = 2 if g.int15 else 1
-    var nc = nc_int(g.k, cols)
-    var mc = round_up(min(imc_for(g.k), rows), IMR)
+    var nc = nc_int(g.plan, g.k, cols)
+    var mc = round_up(min(imc_for(g.plan, g.k), rows), IMR)
     return planes * (round_up(nc * kg, 16) + round_up(nc, 16) + round_up(mc * kg, 16))
 
 
@@ -232,8 +233,8 @@ def int_block(g: IntArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: U32Ptr
         return
     var k = g.k
     var kg = kgroups(k)
-    var nc_max = nc_int(k, j_hi - j_lo)
-    var imc = imc_for(k)
+    var nc_max = nc_int(g.plan, k, j_hi - j_lo)
+    var imc = imc_for(g.plan, k)
     var mc_pad = round_up(min(imc, i_hi - i_lo), IMR)
     var bsz = round_up(nc_max * kg, 16)
     var csz = round_up(nc_max, 16)

@@ -5,7 +5,7 @@ The products run the same loop nests as gemm_f32 (fp32_v1.f32_block and
 f32_block_small_m), which read B's panels where they lie instead of packing them:
 per output the same leaves, the same FMA chains in the same order, the same tree,
 so the bits are those of the raw call (contract 6.5: the order depends on k only).
-Few rows (m <= MC, decode included) take f32_small_prepared below (f32_block_small_m's
+Few rows (m <= SMALL_M, decode included) take f32_small_prepared below (f32_block_small_m's
 arithmetic, panel by panel: each task streams its panels once, front to back), columns
 split over tasks; more rows take the blocked nest, split as gemm_f32 splits them.
 The panels may also hold a low-bit format (gemm/cpu/pack_lowbit.mojo: bf16 bits, or
@@ -19,7 +19,7 @@ from common.ptr import F32Ptr
 from common.workspace import ws_take, ws_request
 from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
-from gemm.cpu.blocking import MR, NR, NV, MC, W, ROWS_MAX, round_up
+from gemm.cpu.blocking import MR, NR, NV, SMALL_M, W, ROWS_MAX, round_up, cache_plan
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes, load_w, widen_panels,
                                   pack_bf16_panels, pack_i8_panels)
@@ -70,7 +70,7 @@ def small_prepared_ws(g: GemmArgs, i_rows: Int, bfmt: Int = PANELS_F32) -> Int:
 
 def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int,
                        bfmt: Int = PANELS_F32, bscales: Int = 0):
-    """Rows [i_lo, i_hi) (at most MC) x columns [j_lo, j_hi) (j_lo a multiple of NR)
+    """Rows [i_lo, i_hi) (at most SMALL_M) x columns [j_lo, j_hi) (j_lo a multiple of NR)
     against the prepared panels at bpre. Per MR x NR tile: the leaves in ascending
     order, each one micro-kernel chain (contract 6.3), merged by finish_tile (6.4):
     the arithmetic of f32_block_small_m; only the order in which tiles are visited
@@ -328,7 +328,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     var g = GemmArgs(
         _arg(args, 0), bpre, _arg(args, 2), _arg(args, 3), _arg(args, 4), _arg(args, 5),
         _arg(args, 6) != 0, False, _arg(args, 7) != 0, False, _arg(args, 12) != 0,
-        mode_leaf(_arg(args, 10), _arg(args, 5)),
+        mode_leaf(_arg(args, 10), _arg(args, 5)), cache_plan(),
     )
     var bfmt = _arg(args, 8)
     var bscales = _arg(args, 9)
@@ -347,7 +347,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     var n = g.n
     var npan = (n + NR - 1) // NR
     var mpan = (m + MR - 1) // MR
-    var small_m = m <= MC
+    var small_m = m <= SMALL_M
     var rows_path = m <= ROWS_MAX and not g.sabotage
     var split_n = small_m or npan >= 2 * tasks or npan >= mpan
     var units = npan if split_n else mpan
