@@ -286,8 +286,9 @@ def cache_table(files: list) -> list:
     return lines
 
 
-def render(results: Path = RESULTS) -> str:
-    """The whole report (Markdown), as the README holds it between its markers."""
+def render(results: Path = RESULTS, readme: bool = False) -> str:
+    """The whole report (Markdown); with readme, what the README holds between its
+    markers (all but the cache-plan diagnostics, which `python bench/report.py` prints)."""
     r = load(results)
     out = ["Speed ratios from `make bench`: the peer's median time over mojolearn's, over "
            "interleaved reps (> 1: mojolearn faster; the integer rows are over fp32.v1 on the "
@@ -301,6 +302,8 @@ def render(results: Path = RESULTS) -> str:
     out += ["", "Drift (`python -m mojolearn drift`): what a looser `numeric_mode` does to a "
             "model's outputs against `identical`.", ""]
     out += drift_table(r["drift"])
+    if readme:
+        return "\n".join(out) + "\n"
     out += ["", "Cache plans (`bench/cache_plan.py`): the GEMMs under the build's tuned cache "
             "blocks over the blocks made for this CPU's caches (> 1: this CPU's plan faster).", ""]
     out += cache_table(r["cache"])
@@ -333,10 +336,10 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=str(RESULTS), help="the folder of result files")
     ap.add_argument("--readme", default=str(README))
     a = ap.parse_args(argv)
-    table = render(Path(a.results))
     if not (a.write_readme or a.check):
-        sys.stdout.write(table)
+        sys.stdout.write(render(Path(a.results)))
         return 0
+    table = render(Path(a.results), readme=True)
     path = Path(a.readme)
     text = path.read_text()
     new = readme_with(text, table)
