@@ -37,11 +37,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
+
+from gpu_gemm_check import synced_median  # bench/ is the script's folder
 
 U = 2.0 ** -24
 NORM_BOUND = 1e-5
@@ -248,15 +248,7 @@ def gpu_check(arch: str, out_dir: str, dry: bool = False) -> int:
     print(f"timing: fast (fp32, device tensors) against torch.mm fp32, TF32 off; median of {REPS}")
 
     def med(fn, reps=REPS):
-        fn()
-        sync()
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            sync()
-            ts.append(time.perf_counter() - t)
-        return statistics.median(ts)
+        return synced_median(fn, sync, reps)
 
     timing = []
     for m, n, k in ((1, 1, 1), (1024, 1024, 1024), (4096, 4096, 4096), (1, 4096, 4096)):

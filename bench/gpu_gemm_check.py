@@ -44,6 +44,20 @@ def scale(n, cpu_half):
     return max(1, n // 8) if cpu_half else n
 
 
+def synced_median(fn, sync, reps):
+    """Median seconds of reps calls of fn, each followed by sync() (the device's queue
+    drained), after one warm-up call. bench/fast_check.py times with it too."""
+    fn()
+    sync()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
 def data(rng, shape, kind):
     """normal: N(0, 1) (the flush-free route); edge: subnormals, inf, NaN, -0 and
     values near 2**-63 whose products straddle 2**-126 (the flushing route)."""
@@ -251,15 +265,7 @@ def timing(args):
             torch.cuda.synchronize()
 
     def med(fn, reps):
-        fn()
-        sync()
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            sync()
-            ts.append(time.perf_counter() - t)
-        return statistics.median(ts)
+        return synced_median(fn, sync, reps)
 
     rows = []
 

@@ -92,16 +92,19 @@ def f32_bits(bits):
     return np.asarray(bits, dtype=np.uint32).view(np.float32)
 
 
-def gpu_gemm_f32(ref, a, b, trans_a=False, trans_b=False):
-    """C through gpu_ref_gemm_f32; a and b as stored (float32 or uint16 bf16 bits)."""
+def gemm_operands(a, b, trans_a, trans_b):
+    """(a, b, c, m, n, k): contiguous operands as stored, (m, n, k) from their shapes and
+    flags, and a NaN-filled float32 C for a kernel to overwrite."""
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
-    if trans_a:
-        k, m = a.shape
-    else:
-        m, k = a.shape
+    k, m = a.shape if trans_a else a.shape[::-1]
     n = b.shape[0] if trans_b else b.shape[1]
-    c = np.full((m, n), np.nan, dtype=F32)
+    return a, b, np.full((m, n), np.nan, dtype=F32), m, n, k
+
+
+def gpu_gemm_f32(ref, a, b, trans_a=False, trans_b=False):
+    """C through gpu_ref_gemm_f32; a and b as stored (float32 or uint16 bf16 bits)."""
+    a, b, c, m, n, k = gemm_operands(a, b, trans_a, trans_b)
     ref.gpu_ref_gemm_f32((addr(a), addr(b), addr(c), m, n, k, int(trans_a), int(trans_b),
                           int(a.dtype == np.uint16), int(b.dtype == np.uint16)))
     return c
@@ -294,17 +297,25 @@ def test_f32_tree_flush(ref, b1, want_bits):
     assert u32(got)[0, 0] == want_bits
 
 
+def one_product_per_leaf(rng, nleaves):
+    """a (1, k), b (k, 2) with k = 128 nleaves and one nonzero product in each leaf of
+    128 k-steps, values spread over 40 binary orders of magnitude: any other pairing of
+    the leaves' sums changes the rounding."""
+    k = nleaves * 128
+    a = np.zeros((1, k), dtype=F32)
+    b = np.zeros((k, 2), dtype=F32)
+    pos = np.arange(nleaves) * 128 + rng.integers(0, 128, size=nleaves)
+    a[0, pos] = (rng.standard_normal(nleaves) * 2.0 ** rng.integers(-20, 20, nleaves)).astype(F32)
+    b[pos, :] = rng.standard_normal((nleaves, 2)).astype(F32)
+    return a, b
+
+
 def test_f32_tree_shapes(ref):
     """Rule 4 for every leaf count 1..40 and a few large ones: leaf j holds the
     single product 2**j-ish, so any other pairing order changes the rounding."""
     rng = np.random.default_rng(7)
     for nleaves in list(range(1, 41)) + [63, 64, 65, 127, 1000]:
-        k = nleaves * 128
-        a = np.zeros((1, k), dtype=F32)
-        b = np.zeros((k, 2), dtype=F32)
-        pos = np.arange(nleaves) * 128 + rng.integers(0, 128, size=nleaves)
-        a[0, pos] = (rng.standard_normal(nleaves) * 2.0 ** rng.integers(-20, 20, nleaves)).astype(F32)
-        b[pos, :] = rng.standard_normal((nleaves, 2)).astype(F32)
+        a, b = one_product_per_leaf(rng, nleaves)
         assert_same_bits(gpu_gemm_f32(ref, a, b), O.gemm_fp32_v1(a, b), f"{nleaves} leaves")
 
 

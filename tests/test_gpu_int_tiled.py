@@ -23,22 +23,23 @@ BACKENDS = [0, 1, 2]
 BACKEND_IDS = ["simt", "nvidia_mma", "amd_mfma"]
 
 
-def run_int8(ref, a, ea, b, eb, backend):
-    m, k = a.shape
-    n = b.shape[0]
-    c = np.full((m, n), np.nan, dtype=F32)
-    ref.gpu_ref_gemm_int((addr(a), addr(a), addr(ea), addr(b), addr(b), addr(eb), addr(c),
-                          m, n, k, 1, backend))
-    return c
-
-
-def run_int15(ref, ah, al, ea, bh, bl, eb, backend):
+def _run_int(ref, ah, al, ea, bh, bl, eb, nplanes, backend):
+    """C (m, n) of A (m, k) and B (n, k) through gpu_ref_gemm_int: one plane of int8
+    codes (the same buffer passed as both) or the two planes of int15."""
     m, k = ah.shape
     n = bh.shape[0]
     c = np.full((m, n), np.nan, dtype=F32)
     ref.gpu_ref_gemm_int((addr(ah), addr(al), addr(ea), addr(bh), addr(bl), addr(eb), addr(c),
-                          m, n, k, 2, backend))
+                          m, n, k, nplanes, backend))
     return c
+
+
+def run_int8(ref, a, ea, b, eb, backend):
+    return _run_int(ref, a, a, ea, b, b, eb, 1, backend)
+
+
+def run_int15(ref, ah, al, ea, bh, bl, eb, backend):
+    return _run_int(ref, ah, al, ea, bh, bl, eb, 2, backend)
 
 
 def planes(codes):

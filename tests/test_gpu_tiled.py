@@ -19,7 +19,7 @@ import pytest
 
 from tests import oracle as O
 from tests.bits import assert_same_bits, u32
-from tests.test_gpu import ref, addr, edge_matrix, oracle_gemm, LAYOUTS, LAYOUT_IDS  # noqa: F401
+from tests.test_gpu import ref, addr, gemm_operands, one_product_per_leaf, edge_matrix, oracle_gemm, LAYOUTS, LAYOUT_IDS  # noqa: F401
 
 F32 = np.float32
 BIG, THIN1, THIN16, SMALL = 0, 1, 2, 3
@@ -30,14 +30,7 @@ FLUSHING, EXACT = 0, 1
 
 def run(ref, a, b, trans_a=False, trans_b=False, kernel=-1, run_leaves=0, grid=0, route=-1):
     """C through the tiled kernel's CPU run, and what ran."""
-    a = np.ascontiguousarray(a)
-    b = np.ascontiguousarray(b)
-    if trans_a:
-        k, m = a.shape
-    else:
-        m, k = a.shape
-    n = b.shape[0] if trans_b else b.shape[1]
-    c = np.full((m, n), np.nan, dtype=F32)
+    a, b, c, m, n, k = gemm_operands(a, b, trans_a, trans_b)
     info = ref.gpu_ref_gemm_f32_route((
         addr(a), addr(b), addr(c), m, n, k, int(trans_a), int(trans_b),
         int(a.dtype == np.uint16), int(b.dtype == np.uint16), kernel, run_leaves, grid, route))
@@ -261,12 +254,7 @@ def test_split_tree_order(ref):
     run length against the oracle."""
     rng = np.random.default_rng(8)
     for nleaves in (3, 5, 7, 12, 21, 40):
-        k = nleaves * 128
-        a = np.zeros((1, k), dtype=F32)
-        b = np.zeros((k, 2), dtype=F32)
-        pos = np.arange(nleaves) * 128 + rng.integers(0, 128, size=nleaves)
-        a[0, pos] = (rng.standard_normal(nleaves) * 2.0 ** rng.integers(-20, 20, nleaves)).astype(F32)
-        b[pos, :] = rng.standard_normal((nleaves, 2)).astype(F32)
+        a, b = one_product_per_leaf(rng, nleaves)
         for run_leaves in (1, 2, 4, 8, 16, 64):
             check(ref, a, b, (False, False), f"{nleaves} leaves run {run_leaves}", kernel=THIN1,
                   run_leaves=run_leaves)

@@ -33,8 +33,9 @@ EXPLICIT_FLUSH (not a size): 1 when this build reads subnormal inputs by explici
 
 The cache plan (CachePlan, below): the blocks meant to stay in a cache are not
 constants but a function of the cache sizes this CPU reports. Each build's constants
-were tuned on one machine (REF_L2 / REF_L3 below: v3 on an AMD Zen 3 with 512 KiB of
-L2, v4 on AMD Zen 4 / Zen 5 with 1 MiB, amx on an Intel Sapphire Rapids with 2 MiB),
+are taken as tuned for one machine's caches (REF_L2 / REF_L3 below: v3 for the AMD
+Zen 3 it was tuned on, 512 KiB of L2; v4 for the AMD Zen 4 / Zen 5 it was last
+measured on, 1 MiB; amx for the Intel Sapphire Rapids, 2 MiB),
 and plan_for keeps the share of the cache they were tuned to use: an L2-resident
 block scales with L2 / REF_L2 (within a quarter and four times the tuned value), an
 L3-resident chunk shrinks with L3 / REF_L3 when the L3 is smaller (never grows: a

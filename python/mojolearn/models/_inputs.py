@@ -136,6 +136,17 @@ def count(v, what: str, minimum: int = 1) -> int:
     return int(v)
 
 
+def state_size(batch_size, max_tokens, max_positions: int, where: str) -> tuple:
+    """(batch_size, max_tokens) of a new KV cache, checked: ints >= 1, max_tokens at
+    most the model's max_positions. where: the caller's name, e.g. CausalLM.allocate_state."""
+    batch_size = count(batch_size, f"{where}: batch_size")
+    max_tokens = count(max_tokens, f"{where}: max_tokens")
+    if max_tokens > max_positions:
+        raise ValueError(f"mojolearn: {where}: max_tokens {max_tokens} is past "
+                         f"max_positions {max_positions}")
+    return batch_size, max_tokens
+
+
 def positive_number(v, what: str) -> float:
     """A finite number > 0 (an int or float, never a bool or a str)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):

@@ -9,7 +9,7 @@ import numpy as np
 from .. import modes as _modes
 from .. import profiles as _profiles
 from . import _kernels as K
-from ._inputs import count, flag, token_ids
+from ._inputs import count, flag, state_size, token_ids
 from .block import Layer, Proj, check_max_positions, check_weight_format
 from ._gpu_backend import resolve as _resolve_device
 from .config import ModelConfig
@@ -299,11 +299,8 @@ class CausalLM:
         """A new GenerationState (the KV cache) for ``batch_size`` sequences of up to
         ``max_tokens`` tokens (at most max_positions), for ``forward(ids, state)`` and
         ``step``; refused by a model of another shape or profile."""
-        batch_size = count(batch_size, "CausalLM.allocate_state: batch_size")
-        max_tokens = count(max_tokens, "CausalLM.allocate_state: max_tokens")
-        if max_tokens > self.max_positions:
-            raise ValueError(f"mojolearn: CausalLM.allocate_state: max_tokens {max_tokens} is past "
-                             f"max_positions {self.max_positions}")
+        batch_size, max_tokens = state_size(batch_size, max_tokens, self.max_positions,
+                                            "CausalLM.allocate_state")
         c = self.config
         if self._gpu is not None:
             return self._gpu.new_state(self._key, batch_size, max_tokens)

@@ -65,7 +65,7 @@ from .. import _ksplit
 from .._native_loader import cpu_native
 from .._threads import tasks as _tasks
 from . import _kernels as K
-from ._inputs import count
+from ._inputs import count, state_size
 from .block import Layer, Proj, check_max_positions, check_weight_format
 from .causal_lm import CausalLM, GenerationState
 from .config import ModelConfig
@@ -673,11 +673,8 @@ class ParallelCausalLM:
 
     def allocate_state(self, batch_size, max_tokens):
         """This rank's part of a new KV cache for batch_size sequences of up to max_tokens."""
-        batch_size = count(batch_size, "ParallelCausalLM.allocate_state: batch_size")
-        max_tokens = count(max_tokens, "ParallelCausalLM.allocate_state: max_tokens")
-        if max_tokens > self.max_positions:
-            raise ValueError(f"mojolearn: ParallelCausalLM.allocate_state: max_tokens "
-                             f"{max_tokens} is past max_positions {self.max_positions}")
+        batch_size, max_tokens = state_size(batch_size, max_tokens, self.max_positions,
+                                            "ParallelCausalLM.allocate_state")
         c = self.config
         return ParallelGenerationState(self._key, self.numeric_profile, batch_size, max_tokens,
                                        len(self.layers), self.kv_range[1] - self.kv_range[0],
