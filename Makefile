@@ -65,9 +65,9 @@ fuzz: build
 # QUICK=1: the smoke run (small shapes, 3 reps) on the best build only, into *-quick.json (not
 # committed; bench/report.py ignores it)
 QUICK ?=
-BENCH_ISAS = $$(PYTHONPATH=python $(PY) -c "from mojolearn import _cpu; r = _cpu.runnable(); print(' '.join(r[:1] if '$(QUICK)' else r))")
+BENCH_ISAS = $$(PYTHONPATH=python $(PY) -c "from mojolearn._core import cpu as _cpu; r = _cpu.runnable(); print(' '.join(r[:1] if '$(QUICK)' else r))")
 bench: build $(BENCH_STAMP) $(SMOLLM2)
-	@PYTHONPATH=python $(PY) -c "from mojolearn import _cpu; [print(f'make bench: skipped isa={n}: {_cpu.refusal(n)}') for n in _cpu.isa_names() if _cpu.refusal(n)]"
+	@PYTHONPATH=python $(PY) -c "from mojolearn._core import cpu as _cpu; [print(f'make bench: skipped isa={n}: {_cpu.refusal(n)}') for n in _cpu.isa_names() if _cpu.refusal(n)]"
 	@$(PY) bench/estimate.py $(if $(QUICK),--quick) $(BENCH_ISAS)
 	for isa in $(BENCH_ISAS); do \
 	  PYTHONPATH=python MOJOLEARN_ISA=$$isa $(PY) bench/run.py $(if $(QUICK),--quick) || exit 1; done

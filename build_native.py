@@ -2,7 +2,7 @@
 
 Used by the Makefile (in-place development build) and by setup.py (wheel / pip
 install). The targets are a fixed set, never the build machine: the rows of
-python/mojolearn/_isa.py (v3 = x86-64-v3, v4 = x86-64-v4 + AVX512-VNNI, amx = v4 +
+python/mojolearn/_core/isa.py (v3 = x86-64-v3, v4 = x86-64-v4 + AVX512-VNNI, amx = v4 +
 AMX), each ``mojo/_native.mojo`` built as ``mojolearn._native_<isa>``, and the CPU
 probe (``_cpuprobe.so``, baseline x86-64) the loader asks before importing any of
 them. Each runs ``mojo build --emit shared-lib``, links with an ``$ORIGIN`` run path,
@@ -57,8 +57,8 @@ RUNTIME_LIBS = (
 
 
 def isa_table():
-    """python/mojolearn/_isa.py, read without importing the package."""
-    spec = importlib.util.spec_from_file_location("_mojolearn_isa", ROOT / "python" / "mojolearn" / "_isa.py")
+    """python/mojolearn/_core/isa.py, read without importing the package."""
+    spec = importlib.util.spec_from_file_location("_mojolearn_isa", ROOT / "python" / "mojolearn" / "_core" / "isa.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -101,7 +101,7 @@ def up_to_date(target: Path, extra: tuple = ()) -> bool:
     if not target.exists():
         return False
     t = target.stat().st_mtime
-    deps = list(sources()) + [Path(__file__), ROOT / "python" / "mojolearn" / "_isa.py"] + list(extra)
+    deps = list(sources()) + [Path(__file__), ROOT / "python" / "mojolearn" / "_core" / "isa.py"] + list(extra)
     return all(p.stat().st_mtime <= t for p in deps)
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 import mojolearn
-from mojolearn import linalg, _box
-from mojolearn._native_loader import blocking, cache_sizes, cpu_native
+from mojolearn import linalg
+from mojolearn._core import box as _box
+from mojolearn._core.loader import blocking, cache_sizes, cpu_native
 
 ROOT = Path(__file__).resolve().parents[1]
 

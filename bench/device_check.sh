@@ -206,7 +206,7 @@ step "6 GPU vs CPU bits on fresh random cases"
 "$PY" - <<'EOF'
 import os, sys, time
 import numpy as np
-from mojolearn._native_loader import cpu_native
+from mojolearn._core.loader import cpu_native
 from mojolearn import _native_gpu as gpu
 
 cpu = cpu_native()

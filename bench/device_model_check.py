@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import numpy as np  # noqa: E402
 
 from mojolearn.models import CausalLM  # noqa: E402
-from mojolearn.models._gpu_backend import ReferenceBackend  # noqa: E402
+from mojolearn.models._exec.device import ReferenceBackend  # noqa: E402
 
 PROFILES = ("fp32_v1", "fixed15_v1")
 FORMATS = ("float32", "bfloat16", "int8")
@@ -287,7 +287,7 @@ def torch_rows(gguf, ids, args):
 
 
 def write_results(rows, gguf, args):
-    from mojolearn import _device, _box
+    from mojolearn._core import device as _device, box as _box
 
     mod, api, name = _device.gpu_status()
     gpu_name = str(name)

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=str(RESULTS))
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "python"))
-    from mojolearn import _box  # pure Python: reads /proc/cpuinfo
+    from mojolearn._core import box as _box  # pure Python: reads /proc/cpuinfo
 
     box = _box.box()
     lines = [line(box, isa, a.quick, Path(a.results)) for isa in a.isas]

@@ -25,7 +25,7 @@ import json, sys, time
 import numpy as np
 import mojolearn
 from mojolearn import linalg
-from mojolearn._native_loader import blocking
+from mojolearn._core.loader import blocking
 n, threads = int(sys.argv[1]), int(sys.argv[2])
 mojolearn.set_num_threads(threads)
 rng = np.random.default_rng(0)
@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--n", type=int, default=1024)
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "python"))
-    from mojolearn import _cpu
+    from mojolearn._core import cpu as _cpu
 
     isa = a.isa or _cpu.runnable()[0]
     folder = FC.variant_package(isa)

@@ -133,7 +133,8 @@ def gpu_check(arch: str, out_dir: str, dry: bool = False) -> int:
     import torch  # first: a cuBLAS torch has loaded is then found under its name
 
     import mojolearn
-    from mojolearn import _device, linalg, modes
+    from mojolearn._core import device as _device
+    from mojolearn import linalg, modes
 
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cpu" if dry else "cuda")

@@ -100,7 +100,7 @@ def same(g, c):
 
 
 def modules(cpu_half):
-    from mojolearn._native_loader import cpu_native
+    from mojolearn._core.loader import cpu_native
     cpu = cpu_native()
     if cpu_half:
         return cpu, cpu

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from mojolearn import _box, _cpu  # noqa: E402  (no numpy: the peers are pinned before it loads)
+from mojolearn._core import box as _box, cpu as _cpu  # noqa: E402  (no numpy: the peers are pinned before it loads)
 
 # The peers run at the ISA of the build being timed. On a CPU wider than the build
 # (the v3 = AVX2 build on an AVX-512 box, the v4 build on an AMX box), numpy's OpenBLAS,
@@ -186,12 +186,12 @@ class Bench:
             row["check"] = check()
         if extra:
             row.update(extra)
-        from mojolearn import _gemm
+        from mojolearn._ops import calls as _calls
 
-        ws = getattr(_gemm._tls, "ws", None)
-        if ws is not None and op.startswith("matmul"):
+        ws = _calls.workspace()[1]
+        if ws and op.startswith("matmul"):
             # packing workspace held by this thread (the only memory beyond the output)
-            row["workspace_bytes"] = len(ws)
+            row["workspace_bytes"] = ws
         self.rows.append(row)
         msg = f" {res[ours][0] * 1e3:9.3f} ms"
         if "ratio" in row:

@@ -18,10 +18,10 @@ os.environ["MOJOLEARN_SPLIT_ALL"] = "1"
 @pytest.fixture
 def copies(monkeypatch):
     """A list that receives the argument name of every contiguous copy mojolearn makes
-    of an input (mojolearn._validate.to_array, counted) while the test runs."""
-    from mojolearn import _validate
+    of an input (mojolearn._data.validate.copy_buf, counted) while the test runs."""
+    from mojolearn._data import validate as _validate
 
     made = []
-    real = _validate.to_array
-    monkeypatch.setattr(_validate, "to_array", lambda obj, **kw: made.append(kw["arg"]) or real(obj, **kw))
+    real = _validate.copy_buf
+    monkeypatch.setattr(_validate, "copy_buf", lambda b, **kw: made.append(kw["arg"]) or real(b, **kw))
     return made

@@ -122,7 +122,7 @@ def cases() -> dict:
 
     import mojolearn
     from mojolearn import linalg
-    from mojolearn.models import _kernels as K
+    from mojolearn.models._exec import kernels as K
 
     rng = np.random.default_rng(2024)
     out = {}
@@ -215,7 +215,7 @@ def cases() -> dict:
 
 def build_info() -> dict:
     import mojolearn
-    from mojolearn._native_loader import blocking, cpu_native
+    from mojolearn._core.loader import blocking, cpu_native
 
     t = blocking()
     return {"module": cpu_native().__file__, "isa": mojolearn.cpu_isa(),

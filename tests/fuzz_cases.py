@@ -89,7 +89,7 @@ def layout(rng, x):
     if k == 4:
         return memoryview(np.ascontiguousarray(x)), "memoryview"
     if k == 5:
-        from mojolearn._array import empty
+        from mojolearn._data.array import empty
 
         a = empty(x.dtype.name, x.shape)
         if x.size:
@@ -1180,6 +1180,7 @@ def _pick(rng, seq):
 def gen_profiles(rng, tmp):
     """Every entry of mojolearn.profiles with hostile strings and types."""
     from mojolearn import profiles as P
+    from mojolearn._table import profiles as PT
 
     fam = _pick(rng, list(P.FAMILIES) + HOSTILE_NAMES)
     use = _pick(rng, list(P.USES) + HOSTILE_NAMES)
@@ -1206,7 +1207,7 @@ def gen_profiles(rng, tmp):
         try:
             return f()
         finally:
-            P._reset_for_tests()
+            PT._reset_for_tests()
 
     # any refusal names what it refused: the argument, its value or the table's names
     names = ("profile", "use", "family", "vendor", "state", "numeric_profile", "name", "what")
@@ -1246,7 +1247,9 @@ def gen_env(rng, tmp):
     """MOJOLEARN_NUM_THREADS / MOJOLEARN_DEVICE / MOJOLEARN_NUMERIC_PROFILE with
     hostile values; each is read once per process, so the module state is reset."""
     import mojolearn
-    from mojolearn import _device, _threads, profiles as P
+    from mojolearn._core import device as _device, threads as _threads
+    from mojolearn import profiles as P
+    from mojolearn._table import profiles as PT
 
     var = _pick(rng, ["MOJOLEARN_NUM_THREADS", "MOJOLEARN_DEVICE", "MOJOLEARN_NUMERIC_PROFILE"])
     val = _pick(rng, ENV_VALUES)
@@ -1257,7 +1260,7 @@ def gen_env(rng, tmp):
         os.environ[var] = val
         _threads._n = None
         _device._reset_for_tests()
-        P._reset_for_tests()
+        PT._reset_for_tests()
         try:
             c = mojolearn.linalg.matmul(np.ones((2, 3), F32), np.ones((3, 2), F32))
             if var == "MOJOLEARN_DEVICE":
@@ -1272,7 +1275,7 @@ def gen_env(rng, tmp):
                 os.environ[var] = old
             _threads._n = saved_n
             _device._reset_for_tests()
-            P._reset_for_tests()
+            PT._reset_for_tests()
 
     def check(res):
         assert (res == 3.0).all()
@@ -1868,8 +1871,8 @@ def _bad_count(a, hi):
 def _state_file(path, lm, st, *, tensors=None, extra=None, drop=(), profile=None):
     """Write the file save_state would write for (lm, st), edited: tensors replaced,
     metadata fields changed (None drops one), tensors dropped."""
-    from mojolearn import checkpoint
-    from mojolearn.models import causal_lm as C
+    from mojolearn._io import checkpoint as _ckpt
+    from mojolearn.models._transformer import causal_lm as C
 
     c = lm.config
     meta = np.array([st.length, st.batch_size, st.max_tokens, c.num_hidden_layers,
@@ -1885,7 +1888,7 @@ def _state_file(path, lm, st, *, tensors=None, extra=None, drop=(), profile=None
             info.pop(k)
         else:
             info[k] = v
-    checkpoint._save(path, ts, profile or lm.numeric_profile, info)
+    _ckpt._save(path, ts, profile or lm.numeric_profile, info)
 
 
 def gen_models_state(rng, tmp):
@@ -1896,7 +1899,7 @@ def gen_models_state(rng, tmp):
     file byte for byte; a failed call leaves the model a fresh model's."""
     from mojolearn import checkpoint
     from mojolearn.lowbit import BF16Weight
-    from mojolearn.models import causal_lm as C
+    from mojolearn.models._transformer import causal_lm as C
 
     prof, fmt = _pick(rng, PROFILES), _pick(rng, FORMATS)
     vocab = _MODEL_CFGS["a"]["vocab_size"]

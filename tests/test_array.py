@@ -282,12 +282,12 @@ class Iface2:
 @pytest.mark.parametrize("rows,cols", [(1, 1), (1, 40), (40, 1), (7, 9), (8, 8), (15, 17), (16, 16),
                                        (17, 33), (31, 64), (64, 31), (100, 70), (257, 129)])
 def test_strided_copy_of_column_major_and_strided_views(rows, cols):
-    """7: every copy made of a strided input (mojolearn._buffers.to_array, the Mojo
+    """7: every copy made of a strided input (mojolearn._data.buffers.to_array, the Mojo
     strided_copy) holds the bits of numpy's copy: column-major 4-byte views (the
     in-register block transpose; shapes on both sides of its 8 / 16 blocks), with a
     padded column stride, other strides and other item sizes (NaN payloads, -0.0 and
     subnormals kept)."""
-    from mojolearn._buffers import to_array
+    from mojolearn._data.buffers import to_array
 
     base = RNG.integers(0, 2**32, size=(cols + 3, rows + 5), dtype=np.uint32)
     base[0, : min(rows, 4)] = [0x7FC01234, 0x80000000, 0x00000001, 0xFF800000][: min(rows, 4)]
@@ -315,7 +315,7 @@ def test_strided_copy_of_batched_views(shape, perm):
     """7: the copy of an n-D strided input (one 2-D copy per index of the leading
     dimensions: torch's attention layouts, permuted, sliced, reversed, broadcast) holds
     numpy's bytes for 1-, 2-, 4- and 8-byte items."""
-    from mojolearn._buffers import to_array
+    from mojolearn._data.buffers import to_array
 
     for dt in (np.int8, np.int16, np.float32, np.int32, np.float64):
         base = RNG.integers(-100, 100, size=shape).astype(dt)

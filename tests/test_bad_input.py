@@ -264,8 +264,8 @@ def _no_copies(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("a copy was made before the refusal")
 
-    import mojolearn._validate as V
-    monkeypatch.setattr(V, "to_array", forbidden)
+    import mojolearn._data.validate as V
+    monkeypatch.setattr(V, "copy_buf", forbidden)
 
 
 def test_int8_domain_is_checked_before_any_copy(monkeypatch):

@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 import mojolearn
-from mojolearn import linalg, _box
-from mojolearn._native_loader import blocking, cache_sizes, cpu_native
+from mojolearn import linalg
+from mojolearn._core import box as _box
+from mojolearn._core.loader import blocking, cache_sizes, cpu_native
 from tests import oracle as O
 from tests.bits import assert_same_bits
 
@@ -133,7 +134,7 @@ def test_loader_hands_sysfs_or_the_variable_to_the_extension():
     """A fresh process's table is the plan for what sysfs reports; MOJOLEARN_CPU_CACHES
     overrides the levels it names; a malformed value is refused by name at the first
     kernel call (never a silent default)."""
-    code = ("from mojolearn._native_loader import blocking; t = blocking(); "
+    code = ("from mojolearn._core.loader import blocking; t = blocking(); "
             "print(t['L1D'], t['L2'], t['L3'], t['PLAN_FROM_SYSTEM'])")
     sysfs = _box.caches()
     r = _child({}, code)

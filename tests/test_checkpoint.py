@@ -15,7 +15,8 @@ import pytest
 import safetensors
 import safetensors.numpy
 
-from mojolearn import _array, checkpoint, profiles
+from mojolearn._data import array as _array
+from mojolearn import checkpoint, profiles
 from mojolearn.checkpoint import EXPONENTS_SUFFIX, Checkpoint, load, save
 from mojolearn.lowbit import BF16Weight, Int8Weight
 
@@ -390,7 +391,7 @@ def test_crash_at_rename_keeps_old_file(tmp_path, monkeypatch):
         assert os.path.dirname(src) == os.path.dirname(os.path.abspath(dst))
         raise KeyboardInterrupt  # even an interrupt cleans up
 
-    monkeypatch.setattr(checkpoint.os, "replace", crash)
+    monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         save(p, sample_weights())
     assert seen and not os.path.exists(seen[0])

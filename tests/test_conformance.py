@@ -86,7 +86,7 @@ def test_every_cpu_build_passes_conformance():
     """6.5: `make conformance` (--every-isa) runs the whole conformance on every CPU
     build this CPU runs, in a child each, and names the builds it skipped and why."""
     sys.path.insert(0, str(ROOT / "python"))
-    from mojolearn import _cpu
+    from mojolearn._core import cpu as _cpu
 
     r = run_cli("--quiet", "--every-isa")
     assert r.returncode == 0, r.stdout + r.stderr

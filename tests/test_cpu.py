@@ -1,4 +1,4 @@
-"""The CPU dispatch (mojolearn._cpu, _isa.py; README "CPU builds"): the probe reads
+"""The CPU dispatch (mojolearn._core.cpu, _isa.py; README "CPU builds"): the probe reads
 the features, the best runnable build is loaded, MOJOLEARN_ISA forces one, and a
 build this CPU cannot run is refused by name before it is imported.
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mojolearn import _cpu
+from mojolearn._core import cpu as _cpu
 import mojolearn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _CHILD = textwrap.dedent("""
     import array
     import mojolearn
-    from mojolearn import linalg, _native_loader
+    from mojolearn import linalg
+    from mojolearn._core import loader as _native_loader
     a = memoryview(array.array("f", [1.0, 2.0])).cast("B").cast("f", (1, 2))
     b = memoryview(array.array("f", [3.0, 4.0])).cast("B").cast("f", (1, 2))
     try:
@@ -126,7 +127,7 @@ def test_choice_is_made_once_per_process():
     make cpu_isa() name a build other than the one serving the calls."""
     code = textwrap.dedent("""
         import os, mojolearn
-        from mojolearn import _native_loader
+        from mojolearn._core import loader as _native_loader
         first = mojolearn.cpu_isa()
         _native_loader.native()
         os.environ["MOJOLEARN_ISA"] = "bogus"
@@ -144,7 +145,7 @@ def test_choice_is_made_once_per_process():
 def test_box_names_the_core_family():
     """Results files are named after the box: a generic brand ("AMD EPYC" on a Zen 3 and
     on a Zen 5) gets the core family cpuid reports, so two boxes never share a file."""
-    from mojolearn._box import box, core_family, cpuinfo
+    from mojolearn._core.box import box, core_family, cpuinfo
     assert core_family("AuthenticAMD", 25, 1) == "Zen 3"
     assert core_family("AuthenticAMD", 25, 0x11) == "Zen 4"
     assert core_family("AuthenticAMD", 26, 2) == "Zen 5"
@@ -165,7 +166,7 @@ def test_cache_sizes_and_cpu_identity(tmp_path):
     """make bench records what tells two CPUs of one brand apart (a Zen 3's 512 KiB L2
     from a Zen 5's 1 MiB): the sysfs cache sizes in bytes by level and type, and the
     cpuid family / model. A fake sysfs tree is read exactly; a missing one gives {}."""
-    from mojolearn._box import caches, identity
+    from mojolearn._core.box import caches, identity
     for i, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"),
                                              (2, "Unified", "512K"), (3, "Unified", "32768K")]):
         d = tmp_path / f"index{i}"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import mojolearn
-from mojolearn import _dlpack, linalg
+from mojolearn._data import dlpack as _dlpack
+from mojolearn import linalg
 
 torch = pytest.importorskip("torch")
 
@@ -76,7 +77,7 @@ def test_torch_tensors_in_same_bits_as_numpy():
 def test_zero_copy_in():
     """7.2: a contiguous tensor is not copied: the Buf points at the tensor's memory
     and the producer stays alive while it is read."""
-    from mojolearn._buffers import read
+    from mojolearn._data.buffers import read
 
     t = torch.randn(3, 5)
     b = read(t, func="t", arg="a")

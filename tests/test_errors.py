@@ -266,7 +266,7 @@ def test_isa_refusals(env, msg):
     """7 (CPU builds): a MOJOLEARN_ISA that names no build, or a build this CPU cannot run (here by hiding
     a feature it has), is an ImportError naming the variable and the missing feature:
     the build is never imported (it would die with SIGILL in its import)."""
-    from mojolearn import _cpu
+    from mojolearn._core import cpu as _cpu
 
     hidden = env.get("MOJOLEARN_CPU_HIDE", "")
     amx_here = _cpu.refusal("amx")  # None on a CPU that runs amx
@@ -417,7 +417,7 @@ def test_kernels_mask_fp_traps_of_the_calling_thread():
         import math
         import mojolearn
         from mojolearn import linalg
-        from mojolearn._native_loader import native
+        from mojolearn._core.loader import native
         mojolearn.set_num_threads(1)
         inf = float("inf")
         import array
@@ -449,16 +449,17 @@ def test_release_workspace_frees_and_bounds():
     """6.5: the per-thread packing workspace is bounded (64 MiB) and released on request;
     products after a release give the same bits."""
     import numpy as np
-    from mojolearn import linalg, _gemm
+    from mojolearn import linalg
+    from mojolearn._ops import calls as _calls
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((300, 700)).astype(np.float32)
     b = rng.standard_normal((700, 500)).astype(np.float32)
     c1 = np.asarray(linalg.matmul(a, b)).copy()
-    assert _gemm._ws()[1] > 0
+    assert _calls.workspace()[1] > 0
     assert linalg.release_workspace() > 0
-    assert _gemm._ws() == (0, 0)
+    assert _calls.workspace() == (0, 0)
     assert linalg.release_workspace() == 0
     assert np.array_equal(np.asarray(linalg.matmul(a, b)).view(np.uint32), c1.view(np.uint32))
-    _gemm._ws_fit(_gemm._WS_CACHE_MAX + 1)  # larger than the bound: not kept
-    assert _gemm._ws()[1] <= _gemm._WS_CACHE_MAX
+    _calls.workspace_fit(_calls.WS_CACHE_MAX + 1)  # larger than the bound: not kept
+    assert _calls.workspace()[1] <= _calls.WS_CACHE_MAX

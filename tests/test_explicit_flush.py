@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 import flush_cases as FC
-from mojolearn import _cpu
-from mojolearn._native_loader import blocking
+from mojolearn._core import cpu as _cpu
+from mojolearn._core.loader import blocking
 
 ROOT = Path(__file__).resolve().parents[1]
 # the test files (with their markers) run against the explicit-flush build

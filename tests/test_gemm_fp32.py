@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mojolearn import linalg
-from mojolearn._native_loader import blocking
+from mojolearn._core.loader import blocking
 from tests import oracle as O
 from tests.bits import assert_same_bits, u32
 
@@ -527,12 +527,12 @@ def test_noncontiguous_inputs_same_bits(m, k, n):
 def test_sabotage_is_detected():
     """6.3 (meta): with the kernels' sabotage switch on (last leaf summed in reverse)
     the bit comparison used throughout this file fails, so it can fail."""
-    from mojolearn import _gemm
+    from mojolearn._ops import calls as _calls
 
     a, b = normal(7, 300), normal(300, 40)
     exp = oracle(a, b)
     assert_same_bits(linalg.matmul(a, b), exp, "before sabotage")
-    with _gemm.sabotaged():
+    with _calls.sabotaged():
         got = linalg.matmul(a, b)
         with pytest.raises(AssertionError):
             assert_same_bits(got, exp, "sabotaged")

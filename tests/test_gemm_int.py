@@ -368,7 +368,7 @@ def test_int8_tile_pairs(prepared, threads):
     far exponent that sends the same shapes down the per-vector route; 1 and 2 tasks
     (a task's columns may start at an odd panel)."""
     import mojolearn
-    from mojolearn._native_loader import blocking
+    from mojolearn._core.loader import blocking
 
     t = blocking()
     mr, nr = t["IMR"], t["INR"]
@@ -597,7 +597,7 @@ def test_packing_block_edges(profile, m, k, n):
 def _k_chunk_cases():
     """k values around the AMX kernels' k-chunks (AMX_KC_BLOCKS blocks of 64 bytes) in
     the build this process runs; on other builds, the same values for KC = 8."""
-    from mojolearn._native_loader import blocking
+    from mojolearn._core.loader import blocking
     kc = blocking().get("AMX_KC_BLOCKS", 8) * 64
     return [kc - 1, kc, kc + 1, 2 * kc + 64 * 3 + 7, 3 * kc]
 

@@ -59,7 +59,7 @@ def _load():
         mod = importlib.util.module_from_spec(spec)
         loader.exec_module(mod)
         return mod
-    from mojolearn._native_loader import native
+    from mojolearn._core.loader import native
 
     return native()
 

@@ -19,10 +19,10 @@ import pytest
 
 import mojolearn
 from bits import assert_same_bits
-from mojolearn import _device, _native_api as api
-from mojolearn._native_loader import cpu_native
+from mojolearn._core import device as _device, api
+from mojolearn._core.loader import cpu_native
 from mojolearn.models import CausalLM
-from mojolearn.models._gpu_backend import DeviceTensor, ReferenceBackend
+from mojolearn.models._exec.device import DeviceTensor, ReferenceBackend
 from test_models import TINY, tiny_weights, write_model, ids_for
 from test_sampling import oracle as sample_oracle
 
@@ -257,7 +257,7 @@ def test_sample_body_equals_the_oracle_and_the_cpu_kernel():
     """M-32: the GPU sampling body on random rows and edges (ties, a zero-weight head, a
     NaN, +inf, rows of -inf, subnormal logits, draws 0 and just below 1) against the
     numpy oracle of tests/test_sampling.py and the CPU kernel."""
-    from mojolearn.models import _kernels as K
+    from mojolearn.models._exec import kernels as K
 
     rng = np.random.default_rng(71)
     rows = []
@@ -446,7 +446,7 @@ def test_device_model_check_runs_every_arm_on_the_reference_backend(tmp_path, ca
 def test_device_model_check_writes_the_measured_row(tmp_path, monkeypatch):
     """The step's result file is a MEASURED row of the GPU's vendor (cuda / hip): box
     the GPU's name, what was timed, its source file under bench/results/."""
-    from mojolearn import _profile_measured as PM
+    from mojolearn._table import measured as PM
 
     dmc = _model_check()
     monkeypatch.setattr(_device, "gpu_status", lambda: (object(), "cuda", "NVIDIA H200"))

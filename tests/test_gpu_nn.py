@@ -6,8 +6,8 @@ import pytest
 
 import model_oracle as MO
 from bits import assert_same_bits
-from mojolearn._native_loader import native
-from mojolearn.models import _kernels as K
+from mojolearn._core.loader import native
+from mojolearn.models._exec import kernels as K
 from test_models import _attn_case
 
 

@@ -25,7 +25,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mojolearn import _device, _gemm, linalg  # noqa: E402
+from mojolearn._core import device as _device
+from mojolearn._ops import calls as _calls
+from mojolearn import linalg  # noqa: E402
 import mojolearn.torch as mtorch  # noqa: E402
 
 
@@ -202,7 +204,7 @@ def test_device_sabotage_changes_the_bits():
     a = torch.randn(8, 16, device="cuda")
     b = torch.randn(16, 4, device="cuda")
     good = linalg.matmul(a, b).cpu()
-    with _gemm.sabotaged():
+    with _calls.sabotaged():
         bad = linalg.matmul(a, b).cpu()
     diff = good.view(torch.int32) ^ bad.view(torch.int32)
     assert int(diff[0, 0]) == 1 and int(diff.abs().sum()) == 1

@@ -404,7 +404,7 @@ def test_instruction_set_builds_identical():
     """6.5 (ISA): every CPU build this CPU can run (amx, v4, v3: MOJOLEARN_ISA forces
     each, in its own process) gives the same bits on a set of GEMM and converter cases;
     a build this CPU cannot run is skipped with the reason (at least v3 always runs)."""
-    from mojolearn import _cpu
+    from mojolearn._core import cpu as _cpu
 
     ok = _cpu.runnable()
     for name in _cpu.isa_names():
@@ -431,7 +431,7 @@ def _child_isa(name):
 def test_kernels_restore_the_callers_fp_control_state(threads):
     """6.1 (FP state): every kernel restores the calling thread's MXCSR control bits
     (DAZ/FTZ/rounding), so numpy (and the oracle) keep IEEE subnormals afterwards."""
-    from mojolearn._native_loader import native
+    from mojolearn._core.loader import native
 
     def ctrl():
         return int(native().mxcsr(())) & 0xFFC0  # control bits only (not the flags)

@@ -42,7 +42,7 @@ def test_wheel_carries_the_native_stubs(monkeypatch):
     from setuptools.config.pyprojecttoml import apply_configuration
     from setuptools.dist import Distribution
 
-    from mojolearn import _native_api as api
+    from mojolearn._core import api
 
     monkeypatch.chdir(ROOT)
     dist = Distribution()

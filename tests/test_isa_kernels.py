@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import mojolearn
-from mojolearn import _cpu
+from mojolearn._core import cpu as _cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 # the integer kernels have their own ISA paths (AVX2 widening, AVX512-VNNI, AMX tiles):

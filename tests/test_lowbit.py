@@ -13,11 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from mojolearn import _array, lowbit
-from mojolearn.lowbit import (
-    FORMATS, BF16Weight, Int8Weight, format_of, is_packed, materialize,
-    materialize_one, pack, pack_one, unpack, widen_bf16,
-)
+from mojolearn._data import array as _array
+from mojolearn import lowbit
+from mojolearn.lowbit import (FORMATS, BF16Weight, Int8Weight, format_of, is_packed, materialize, materialize_one, pack, pack_one, unpack, widen_bf16)
 
 linalg = pytest.importorskip("mojolearn.linalg", reason="mojolearn.linalg not built yet")
 
@@ -56,7 +54,10 @@ def block_converters(monkeypatch):
     """Make every converter raise: any float32 round trip would then fail."""
     def boom(*a, **k):
         raise AssertionError("a converter was called")
+    from mojolearn._ops import convert  # the converters linalg re-exports and lowbit calls
+
     for n in ("to_bf16", "from_bf16", "quantize_int8", "dequantize_int8"):
+        monkeypatch.setattr(convert, n, boom)
         monkeypatch.setattr(linalg, n, boom)
 
 
@@ -454,7 +455,7 @@ def test_format_of():
 def test_missing_linalg_is_import_error(monkeypatch):
     """Rule (conversion runs in the extension): without mojolearn.linalg the
     converting functions raise ImportError naming it; non-converting ones work."""
-    monkeypatch.setitem(sys.modules, "mojolearn.linalg", None)
+    monkeypatch.setitem(sys.modules, "mojolearn._ops.convert", None)  # linalg's converters
     x = f32(2, 3)
     for call in (lambda: pack_one(x, "bfloat16"), lambda: pack({"w": x}, "int8"),
                  lambda: widen_bf16(np.zeros(2, np.uint16)),
@@ -471,7 +472,7 @@ def test_missing_native_extension_is_import_error(monkeypatch):
     (mojolearn._native_<isa>, the build this CPU runs), converting raises ImportError
     naming it."""
     import mojolearn
-    from mojolearn import _native_loader, _cpu
+    from mojolearn._core import loader as _native_loader, cpu as _cpu
     name = _cpu.choose()[1]
     monkeypatch.setattr(_native_loader, "_mod", None)
     monkeypatch.setitem(sys.modules, f"mojolearn.{name}", None)

@@ -308,7 +308,7 @@ def _attn_case(B, L, nh, kvh, hd, pos0, seed, edit=None):
 
 def _attention_vs_oracle(q, k, v, B, L, nh, kvh, hd, pos0, profile, what):
     """The attention kernel on (q, k, v) against the oracle, head by head."""
-    from mojolearn.models import _kernels as K
+    from mojolearn.models._exec import kernels as K
 
     T = pos0 + L
     kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
@@ -403,7 +403,7 @@ def test_softmax_log_softmax_mean_rows(n):
     against the oracle, with NaN, inf, -inf and subnormal entries, a row of -inf, a
     zero maximum of either sign alone (log_softmax then reaches logf(1) = +0) and
     +0 and -0 as maxima together (its sign is not promised and must not show)."""
-    from mojolearn.models import _kernels as K
+    from mojolearn.models._exec import kernels as K
 
     rng = np.random.default_rng(n)
     x = (rng.standard_normal((10, n)) * 10).astype(np.float32)

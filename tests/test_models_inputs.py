@@ -298,8 +298,8 @@ def test_save_state_is_atomic(lm, tmp_path, monkeypatch, error):
 
 
 def _edited_state_file(lm, st, f, tensors=None, info=None):
-    from mojolearn import checkpoint
-    from mojolearn.models import causal_lm as C
+    from mojolearn._io import checkpoint as _ckpt
+    from mojolearn.models._transformer import causal_lm as C
 
     c = lm.config
     meta = np.array([st.length, st.batch_size, st.max_tokens, c.num_hidden_layers,
@@ -309,7 +309,7 @@ def _edited_state_file(lm, st, f, tensors=None, info=None):
     md = {C.STATE_KIND_KEY: C.STATE_KIND, C.STATE_MODEL_KEY: c.fingerprint(),
           C.STATE_FORMAT_KEY: lm.weight_format, C.STATE_MODE_KEY: "identical"}
     md.update(info or {})
-    checkpoint._save(f, ts, lm.numeric_profile, md)
+    _ckpt._save(f, ts, lm.numeric_profile, md)
 
 
 def test_resume_refuses_edited_and_foreign_files(path, lm, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import model_oracle as MO
 from bits import assert_same_bits
 from mojolearn.models import CausalLM
-from mojolearn._native_loader import blocking
+from mojolearn._core.loader import blocking
 from test_models import TINY, tiny_weights, write_model, ids_for
 
 NR = blocking()["NR"]
@@ -116,7 +116,7 @@ def test_load_streams_the_checkpoint(tmp_path):
             weights._entries[name] = (shape, wrapped)
         return c, weights
 
-    import mojolearn.models.causal_lm as cl
+    import mojolearn.models._transformer.causal_lm as cl
     old = cl.read_model
     cl.read_model = counting
     try:

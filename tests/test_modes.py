@@ -20,7 +20,7 @@ import pytest
 
 import mojolearn
 from mojolearn import linalg, lowbit, modes, profiles
-from mojolearn._native_loader import blocking
+from mojolearn._core.loader import blocking
 from tests import oracle as O
 from tests.bits import assert_same_bits
 
@@ -364,7 +364,7 @@ def test_docs_table_is_the_backends_table():
 def test_backends_are_keyed_like_vendor():
     """BACKENDS has a row for every backend mojolearn.vendor() can name, and the GPU
     rows say which vendor library fast runs (none on Apple)."""
-    from mojolearn import _device
+    from mojolearn._core import device as _device
 
     assert set(modes.BACKENDS) == {"cpu", "metal"} | set(_device.VENDOR_BLAS)
     for api, lib in _device.VENDOR_BLAS.items():
@@ -409,7 +409,7 @@ class _FakeGpu:
 def fake_gpu(mode):
     """Installs a fake GPU build as the backend of host operands (MOJOLEARN_DEVICE=gpu with
     a working GPU): fake_gpu(api, (library, file, reason)) -> the fake."""
-    from mojolearn import _device
+    from mojolearn._core import device as _device
 
     def use(api, blas):
         _device._reset_for_tests()
@@ -489,14 +489,14 @@ def test_fast_on_builds_without_a_vendor_blas_and_on_amd(fake_gpu, mode):
 
 def test_tf32_never_reaches_the_cpu(mode):
     """On the CPU build fast with allow_tf32(True) is plain fast: code 2, the same bits."""
-    from mojolearn import _gemm
+    from mojolearn._ops import calls as _calls
 
     a, w = rnd(1, 3, 700), rnd(2, 20, 700)
     mode("fast")
     plain = np.asarray(linalg.matmul(a, w, transpose_b=True))
     old = modes.allow_tf32(True)
     try:
-        assert modes.fast_route() == "cpu" and _gemm._f32_mode_code("matmul") == 2
+        assert modes.fast_route() == "cpu" and _calls.f32_mode_code("matmul") == 2
         assert_same_bits(np.asarray(linalg.matmul(a, w, transpose_b=True)), plain, "tf32 on cpu")
     finally:
         modes.allow_tf32(old)

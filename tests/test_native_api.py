@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import mojolearn
-from mojolearn import _cpu, _native_api as api
-from mojolearn._native_loader import cpu_native
+from mojolearn._core import cpu as _cpu, api
+from mojolearn._core.loader import cpu_native
 
 ROOT = Path(__file__).resolve().parents[1]
 MOJO = ROOT / "mojo"
@@ -74,7 +74,7 @@ def test_every_cpu_build_registers_the_same_entries(isa):
         env = {k: v for k, v in os.environ.items() if k not in ("MOJOLEARN_NATIVE", "MOJOLEARN_CPU_HIDE")}
         env["MOJOLEARN_ISA"] = isa
         env["PYTHONPATH"] = str(ROOT / "python")
-        code = ("from mojolearn._native_loader import cpu_native as c; m = c(); "
+        code = ("from mojolearn._core.loader import cpu_native as c; m = c(); "
                 "print(' '.join(sorted(n for n in dir(m) if not n.startswith('_') "
                 "and callable(getattr(m, n)))))")
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -111,7 +111,7 @@ def test_entries_take_the_declared_arguments_on_both_backends():
 
 def test_stubs_are_rendered_from_the_table():
     """The .pyi stub of each native module equals the table's rendering (not stale:
-    `python -m mojolearn._native_api --write-stubs` rewrites them)."""
+    `python -m mojolearn._core.api --write-stubs` rewrites them)."""
     for path, kind in api.stub_paths().items():
         assert path.exists(), f"{path.name} is missing"
         assert path.read_text() == api.render_stub(kind), f"{path.name} is stale"

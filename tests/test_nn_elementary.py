@@ -6,7 +6,7 @@ import pytest
 
 import model_oracle as MO
 from bits import assert_same_bits
-from mojolearn.models import _kernels as K
+from mojolearn.models._exec import kernels as K
 
 F = np.float32
 

@@ -129,7 +129,7 @@ def test_shapes_that_cannot_split_are_refused():
     o_proj / down_proj is refused by name with the counts that work; fixed15_v1 (L-8)
     splits anywhere; more stages than layers and a bad tensor_size are refused."""
     from mojolearn.models.config import ModelConfig
-    from mojolearn.models.parallel import _Plan
+    from mojolearn.models._transformer.parallel import _Plan
 
     q = ModelConfig.from_dict(dict(QWEN))
     with pytest.raises(ValueError, match=r"cannot be split over 3 tensor ranks.*tensor ranks "

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import mojolearn
-from mojolearn import _cpu, linalg
-from mojolearn._native_loader import blocking
+from mojolearn._core import cpu as _cpu
+from mojolearn import linalg
+from mojolearn._core.loader import blocking
 from tests import oracle as O
 from tests.bits import assert_same_bits
 

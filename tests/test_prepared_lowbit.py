@@ -21,7 +21,7 @@ import pytest
 
 import mojolearn
 from mojolearn import linalg, lowbit
-from mojolearn._native_loader import blocking
+from mojolearn._core.loader import blocking
 from tests import oracle as O
 from tests.bits import assert_same_bits
 
@@ -170,7 +170,7 @@ def test_gather_reads_a_table_held_as_panels():
     """M-2: the models' gather from a table held as prepared float32 panels (a tied
     head's one copy) is an exact copy of the table's rows, rows past the last full
     panel included."""
-    from mojolearn.models import _kernels as K
+    from mojolearn.models._exec import kernels as K
 
     vocab, d = 3 * NR + 5, 37
     table = rnd(80, vocab, d)

@@ -3,7 +3,7 @@ in the kernel (nn_sample_rows), against a numpy oracle written from the rule."""
 import numpy as np
 import pytest
 
-from mojolearn.models import _kernels as K
+from mojolearn.models._exec import kernels as K
 from mojolearn.models.causal_lm import CausalLM
 
 TINY = np.float32(1e-40)  # a float32 subnormal

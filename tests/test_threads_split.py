@@ -1,4 +1,4 @@
-"""How many tasks a GEMM call gets (mojolearn._threads.gemm_tasks): a blocked product
+"""How many tasks a GEMM call gets (mojolearn._core.threads.gemm_tasks): a blocked product
 gives each task at least MIN_TASK_MACS multiply-adds (int15 counted as four int8
 products), the decode paths keep every task, MOJOLEARN_SPLIT_ALL=1 splits every product
 over all of them; the bits are the same either way (compared between two children).
@@ -21,8 +21,9 @@ CHILD = textwrap.dedent("""
     import hashlib, json, sys
     import numpy as np
     import mojolearn
-    from mojolearn import linalg, _threads
-    from mojolearn._native_loader import blocking, cpu_native
+    from mojolearn import linalg
+    from mojolearn._core import threads as _threads
+    from mojolearn._core.loader import blocking, cpu_native
 
     mojolearn.set_num_threads(int(sys.argv[2]))
     mod = cpu_native()

@@ -161,7 +161,7 @@ def test_fallthrough_and_refusals():
 def test_silu_routed_to_the_models_kernel():
     """10.4 / M-17: aten::silu on float32 inside the mode is the models' SiLU kernel:
     the same bits as silu_mul with u = 1, for every thread count."""
-    from mojolearn.models import _kernels as K
+    from mojolearn.models._exec import kernels as K
 
     x = t(3, 7, 300) * 4
     g = np.concatenate([x.numpy().reshape(21, 300), np.ones((21, 300), F32)], axis=1)

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import mojolearn  # noqa: E402
 import mojolearn.torch as mt  # noqa: E402
 import model_oracle as MO  # noqa: E402
-from mojolearn.models import _kernels as K  # noqa: E402
+from mojolearn.models._exec import kernels as K  # noqa: E402
 
 F = torch.nn.functional
 F32 = np.float32

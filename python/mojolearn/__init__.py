@@ -13,17 +13,13 @@ The contracts live in contracts/.
 mojolearn.cpu_isa() names the CPU build serving the kernels ('amx', 'v4', 'v3'):
 the best this CPU runs, or the one MOJOLEARN_ISA forces; all give the same bits.
 """
-from ._array import Array
-from ._cpu import cpu_isa
-from ._device import get_device, set_device, vendor
-from ._threads import get_num_threads, set_num_threads
+from ._data.array import Array
+from ._core.cpu import cpu_isa
+from ._core.device import get_device, set_device, vendor
+from ._core.threads import get_num_threads, set_num_threads
 from . import linalg, modes, profiles
 from .modes import numeric_mode, set_numeric_mode
-from .profiles import (
-    NumericProfileSpeedWarning,
-    numeric_profile,
-    set_numeric_profile,
-)
+from .profiles import NumericProfileSpeedWarning, numeric_profile, set_numeric_profile
 from .profiles import measured as numeric_profile_measured
 from .profiles import profiles as numeric_profiles
 

@@ -11,15 +11,15 @@ def _main() -> int:
               "       python -m mojolearn drift MODEL --mode fast ...")
         return 0 if args else 2
     if args[0] == "conformance":
-        from .conformance import main
+        from ._tools.conformance import main
 
         return main(args[1:])
     if args[0] == "quality":
-        from .quality import main
+        from ._tools.quality import main
 
         return main(args[1:])
     if args[0] == "drift":
-        from .drift import main
+        from ._tools.drift import main
 
         return main(args[1:])
     print(f"mojolearn: unknown command {args[0]!r}; commands: conformance, quality, drift",

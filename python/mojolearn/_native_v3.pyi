@@ -1,5 +1,5 @@
 """Type stub of a mojolearn native module (cpu); rendered from
-mojolearn/_native_api.py by `python -m mojolearn._native_api --write-stubs`."""
+mojolearn/_core/api.py by `python -m mojolearn._core.api --write-stubs`."""
 
 def to_bf16(args: tuple[int, int, int, int], /) -> None: ...  # (src_f32: int, dst_u16: int, n: int, tasks: int)
 def from_bf16(args: tuple[int, int, int, int], /) -> None: ...  # (src_u16: int, dst_f32: int, n: int, tasks: int)

@@ -29,27 +29,11 @@ THE CONVERTERS
 Every function computes in the Mojo extension; Python only checks arguments.
 Results are mojolearn.Array (zero-copy through memoryview / numpy.asarray).
 """
-from ._convert import (
-    dequantize_int8,
-    dequantize_int15,
-    from_bf16,
-    quantize_int8,
-    quantize_int15,
-    row_absmax,
-    to_bf16,
-)
-from ._ksplit import (
-    PartialProduct,
-    fold_parts,
-    k_split,
-    leaf_size,
-    matmul_int8_part,
-    matmul_int15_part,
-    matmul_part,
-)
-from ._gemm import release_workspace
-from ._prepared import PreparedWeight, prepare
-from ._gemm import INT8_MAX_K, INT15_MAX_K, matmul, matmul_bf16, matmul_int8, matmul_int15
+from ._ops.convert import (dequantize_int8, dequantize_int15, from_bf16, quantize_int8, quantize_int15, row_absmax, to_bf16)
+from ._ops.ksplit import (PartialProduct, fold_parts, k_split, leaf_size, matmul_int8_part, matmul_int15_part, matmul_part)
+from ._ops.calls import release_workspace
+from ._ops.prepared import PreparedWeight, prepare
+from ._ops.gemm import INT8_MAX_K, INT15_MAX_K, matmul, matmul_bf16, matmul_int8, matmul_int15
 
 PROFILE_NAMES = {
     "matmul": "mojolearn.identical.gemm.fp32.v1",
@@ -63,7 +47,7 @@ PROFILE_NAMES = {
 def backend() -> str:
     """Which backend serves these calls: "cpu", or on a GPU build with a GPU in use
     "cuda", "hip" or "metal" (see mojolearn.set_device; never a silent fallback)."""
-    from ._device import vendor
+    from ._core.device import vendor
 
     return vendor()
 

@@ -20,12 +20,12 @@ except ImportError as e:  # pragma: no cover - exercised by the fresh-venv insta
     raise ImportError("mojolearn.models needs numpy, which is not installed: "
                       "pip install \"mojolearn[models]\" (mojolearn.linalg works without it)") from e
 
-from .block import TransformerBlock, WEIGHT_FORMATS
-from .causal_lm import CausalLM, GenerationState
-from ._gpu_backend import DeviceTensor
-from .config import ModelConfig, SUPPORTED
-from .tokenizer import Tokenizer
-from .parallel import ParallelCausalLM, ParallelGenerationState, LAYOUTS
+from ._transformer.block import TransformerBlock, WEIGHT_FORMATS
+from ._transformer.causal_lm import CausalLM, GenerationState
+from ._exec.device import DeviceTensor
+from ._base.config import ModelConfig, SUPPORTED
+from ._text.tokenizer import Tokenizer
+from ._transformer.parallel import ParallelCausalLM, ParallelGenerationState, LAYOUTS
 
 __all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
            "SUPPORTED", "WEIGHT_FORMATS", "DeviceTensor", "ParallelCausalLM",

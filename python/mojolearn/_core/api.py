@@ -1,0 +1,221 @@
+"""The declared interface of the native modules: every entry, its arguments named once.
+
+WHAT IT IS
+    Each native module (the CPU builds `_native_amx`, `_native_v4`, `_native_v3`, and
+    the GPU build `_native_gpu`) registers entries that take ONE tuple of plain
+    Python ints (addresses, sizes, flags) that the Python layer has validated. This
+    table names each entry's tuple items, in order; the `.pyi` stubs beside the
+    modules are rendered from it (`python -m mojolearn._core.api --write-stubs`),
+    and tests/test_native_api.py checks that every CPU build and the GPU module's
+    source register exactly the entries declared here, that the Mojo docstrings give
+    the same number of arguments, and that the stubs are not stale.
+
+WHERE
+    "both"  the CPU builds and the GPU module (the same tuple on both: the calls do
+            not know which backend serves them)
+    "cpu"   the CPU builds only (the model ops, test support: MXCSR, the block
+            table, the CPU run of the GPU bodies as gpu_ref_*, which is also the
+            reference backend of the GPU model driver)
+    "gpu"   the GPU module only
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_GEMM_TAIL = ("tasks", "sabotage", "ws_addr", "ws_bytes")
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    args: tuple
+    where: str  # "both", "cpu" or "gpu"
+    returns: str = "None"
+    doc: str = ""
+
+
+ENTRIES = (
+    # converters (contract L-1 .. L-6, W-1 .. W-3)
+    Entry("to_bf16", ("src_f32", "dst_u16", "n", "tasks"), "both", doc="L-2 narrow"),
+    Entry("from_bf16", ("src_u16", "dst_f32", "n", "tasks"), "both", doc="L-1 widen"),
+    Entry("quantize_int8", ("src_f32", "codes_i8", "exps_i32", "m", "k", "tasks"), "both"),
+    Entry("quantize_int15", ("src_f32", "hi_i8", "lo_i8", "exps_i32", "m", "k", "tasks"), "both"),
+    Entry("dequantize_int8", ("codes_i8", "exps_i32", "dst_f32", "m", "k", "tasks"), "both"),
+    Entry("dequantize_int15", ("hi_i8", "lo_i8", "exps_i32", "dst_f32", "m", "k", "tasks"), "both"),
+    # GEMMs: return the workspace bytes the call needed (0 on the GPU)
+    Entry("gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16", "b_bf16",
+                       "mode") + _GEMM_TAIL, "both", "int",
+          "fp32.v1 / bf16f32.v1 (mode: the numeric mode, 0 identical 1 deterministic 2 fast, "
+          "3 fast with TF32 allowed (the GPU build's cuBLAS; the CPU runs it as 2); "
+          "-L: leaves of exactly L, a k-split piece, rule 6.7)"),
+    Entry("gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k")
+          + _GEMM_TAIL, "both", "int", "int8i32.v1"),
+    Entry("gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k")
+          + _GEMM_TAIL, "both", "int", "int15i64.v1"),
+    # prepared weights (linalg.prepare): B packed once, then multiplied as gemm_f32 would
+    Entry("gemm_f32_pack", ("b", "dst", "n", "k", "trans_b", "b_bf16", "tasks"), "cpu",
+          doc="pack B for gemm_f32_packed: ceil(n / NR) * NR * k float32"),
+    Entry("gemm_f32_packed", ("a", "b_packed", "c", "m", "n", "k", "trans_a", "a_bf16", "b_fmt",
+                              "b_scales", "mode") + _GEMM_TAIL, "cpu", "int",
+          "fp32.v1 / bf16f32.v1, B prepared (b_fmt 0 float32, 1 bf16, 2 int8 panels)"),
+    Entry("gemm_f32_pack_lowbit", ("b", "exps", "dst", "scales", "n", "k", "trans_b", "fmt",
+                                   "tasks"), "cpu",
+          doc="pack bf16 bits (fmt 1) or int8 codes (fmt 2) into gemm_f32_packed's panels"),
+    Entry("gemm_int_pack_words", ("n", "k", "int15"), "cpu", "int",
+          "32-bit words gemm_int_pack writes on this build"),
+    Entry("gemm_int_pack", ("b_hi", "b_lo", "n", "k", "int15", "dst", "tasks"), "cpu",
+          doc="pack B's codes once for gemm_int8_packed / gemm_int15_packed"),
+    Entry("gemm_int8_packed", ("a_codes", "a_exps", "b_codes", "b_exps", "b_packed", "c", "m", "n",
+                               "k") + _GEMM_TAIL, "cpu", "int", "int8i32.v1, B prepared"),
+    Entry("gemm_int15_packed", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "b_packed", "c",
+                                "m", "n", "k") + _GEMM_TAIL, "cpu", "int", "int15i64.v1, B prepared"),
+    # the k-split (contract 6.7, L-8): pieces of a product over a range of k and their folds
+    Entry("f32_leaf", ("k", "mode"), "cpu", "int", "the leaf size a product over k runs (6.2)"),
+    Entry("f32_tree_add", ("x", "y", "out", "count", "tasks"), "cpu",
+          doc="ftz(x + y) element by element (6.4's tree sum)"),
+    Entry("int_sums", ("a_hi", "a_lo", "b_hi", "b_lo", "out_i64", "m", "n", "k", "int15", "tasks"),
+          "cpu", doc="exact int64 sums of code products, NT (L-8)"),
+    Entry("int_sums_add", ("x_i64", "y_i64", "out_i64", "count"), "cpu"),
+    Entry("int_epilogue", ("s_i64", "ea", "eb", "c", "m", "n", "tasks"), "cpu",
+          doc="ftz(f32(S) * pow2f(ea[i] + eb[j])) (L-5, W-3)"),
+    Entry("row_absmax", ("src_f32", "out_u32", "m", "k", "tasks"), "cpu",
+          doc="the quantizers' absmax of each row, as bits (L-3)"),
+    Entry("quantize_int8_part", ("src_f32", "absmax_u32", "codes_i8", "exps_i32", "m", "k",
+                                 "tasks"), "cpu"),
+    Entry("quantize_int15_part", ("src_f32", "absmax_u32", "hi_i8", "lo_i8", "exps_i32", "m",
+                                  "k", "tasks"), "cpu"),
+    Entry("strided_copy", ("src", "dst", "itemsize", "ndim", "shape", "byte_strides"), "both"),
+    Entry("mxcsr", (), "both", "int", "the calling thread's MXCSR"),
+    # CPU builds only
+    Entry("mxcsr_set", ("value",), "cpu", "int", "tests only: set MXCSR, return the old value"),
+    Entry("isa", (), "cpu", "str", "the instruction sets of this build"),
+    Entry("blocking", (), "cpu", "str", "the block-size table, 'NAME=value;...'"),
+    Entry("set_cache_sizes", ("l1d", "l2", "l3"), "cpu", "None",
+          "make the process's cache plan for these sizes in bytes (0: unknown)"),
+    Entry("nn_gather", ("table_f32", "ids_i64", "out_f32", "rows", "d", "tasks"), "cpu"),
+    Entry("nn_gather_panels", ("panels", "fmt", "scales", "ids_i64", "out_f32", "rows", "d",
+                               "nr", "tasks"),
+          "cpu", doc="M-2 from a table held as prepared fp32.v1 panels (float32, bf16, int8)"),
+    Entry("nn_rmsnorm", ("x", "ldx", "w", "out", "ldo", "rows", "d", "eps_bits", "tasks"), "cpu"),
+    Entry("nn_rope_table", ("cos_f32", "sin_f32", "positions", "head_dim", "theta_bits", "tasks"), "cpu"),
+    Entry("nn_rope", ("src", "lds", "dst", "ldd", "dst_head_stride", "n_heads", "head_dim", "cos",
+                      "sin", "pos0", "length", "rows", "transposed", "tmax", "tasks"), "cpu"),
+    Entry("nn_silu_mul", ("g", "u", "ld_in", "out", "ld_out", "n", "rows", "tasks"), "cpu"),
+    Entry("nn_add", ("x", "ldx", "y", "ldy", "out", "ldo", "n", "rows", "tasks"), "cpu"),
+    Entry("nn_attention", ("q", "ldq", "kt", "v", "out", "batch", "length", "n_heads", "n_kv",
+                           "head_dim", "pos0", "tmax", "fixed15", "tasks"), "cpu"),
+    Entry("nn_elementwise", ("op", "src", "dst", "n"), "cpu"),
+    Entry("nn_attn_scale", ("head_dim",), "cpu", "int"),
+    Entry("nn_softmax", ("x", "out", "rows", "n", "log", "tasks"), "cpu"),
+    Entry("nn_mean", ("x", "out", "rows", "n", "tasks"), "cpu"),
+    Entry("nn_sample_rows", ("x", "rows", "n", "r", "out"), "cpu"),
+    # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
+    Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
+                               "b_bf16"), "cpu"),
+    Entry("gpu_ref_gemm_f32_route", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
+                                     "b_bf16", "kernel", "run_leaves", "grid", "route"), "cpu",
+          "ints", "(kernel, route, run_leaves, nruns, grid) as run; -1 / 0 arguments: the plan's"),
+    Entry("gpu_ref_gemm_int8", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "cpu"),
+    Entry("gpu_ref_gemm_int15", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
+                                 "k"), "cpu"),
+    Entry("gpu_ref_gemm_int", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k",
+                               "planes", "backend"), "cpu",
+          doc="planes 1 int8 / 2 int15; backend 0 SIMT, 1 NVIDIA mma, 2 AMD MFMA (emulated)"),
+    Entry("gpu_ref_to_bf16", ("src_f32", "dst_u16", "n"), "cpu"),
+    Entry("gpu_ref_from_bf16", ("src_u16", "dst_f32", "n"), "cpu"),
+    Entry("gpu_ref_quantize_int8", ("src_f32", "codes_i8", "exps_i32", "m", "k"), "cpu"),
+    Entry("gpu_ref_quantize_int15", ("src_f32", "hi_i8", "lo_i8", "exps_i32", "m", "k"), "cpu"),
+    Entry("gpu_ref_dequantize_int8", ("codes_i8", "exps_i32", "dst_f32", "m", "k"), "cpu"),
+    Entry("gpu_ref_dequantize_int15", ("hi_i8", "lo_i8", "exps_i32", "dst_f32", "m", "k"), "cpu"),
+    Entry("gpu_ref_nn_rmsnorm", ("x", "w", "out", "rows", "d", "eps_bits"), "cpu"),
+    Entry("gpu_ref_nn_silu_mul", ("g", "u", "ld_in", "out", "ld_out", "rows", "n"), "cpu"),
+    Entry("gpu_ref_nn_add", ("x", "ldx", "y", "ldy", "out", "ldo", "rows", "n"), "cpu"),
+    Entry("gpu_ref_nn_rope_table", ("cos", "sin", "npos", "head_dim", "theta_bits"), "cpu"),
+    Entry("gpu_ref_nn_rope", ("src", "lds", "dst", "ldd", "dhs", "n_heads", "head_dim", "cos",
+                              "sin", "pos0", "length", "rows", "transposed", "tmax"), "cpu"),
+    Entry("gpu_ref_nn_attention", ("q", "ldq", "kt", "v", "out", "ws", "batch", "length",
+                                   "n_heads", "n_kv", "head_dim", "pos0", "tmax", "fixed15"), "cpu"),
+    Entry("gpu_ref_nn_gather", ("table", "ids", "out", "rows", "d"), "cpu"),
+    Entry("gpu_ref_nn_kv_append", ("src", "lds", "dst", "n_heads", "head_dim", "pos0", "length",
+                                   "rows", "tmax"), "cpu"),
+    Entry("gpu_ref_nn_sample", ("x", "rows", "n", "r", "out"), "cpu"),
+    Entry("gpu_ref_nn_argmax", ("x", "rows", "n", "out"), "cpu"),
+    # GPU module only
+    Entry("device_info", (), "gpu", "tuple", "(api, device name)"),
+    Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
+                                "b_bf16", "mode", "sabotage"), "gpu", "int",
+          "gemm_f32 on device-resident operands (DLPack device tensors): no copies; mode as "
+          "gemm_f32's"),
+    Entry("vendor_blas", (), "gpu", "strs",
+          "(library, file, reason): the vendor BLAS numeric_mode fast runs on this build "
+          "(\"cuBLAS\", \"rocBLAS\", \"\" for none), the file loaded or \"\" and why not"),
+    Entry("gemm_int8_resident", ("a_codes", "a_exps", "b_codes", "b_exps", "c", "m", "n", "k"), "gpu",
+          doc="int8i32.v1, every address in device memory"),
+    Entry("gemm_int15_resident", ("a_hi", "a_lo", "a_exps", "b_hi", "b_lo", "b_exps", "c", "m", "n",
+                                  "k"), "gpu", doc="int15i64.v1, every address in device memory"),
+    Entry("gemm_int15_quant_a_resident", ("a", "b_hi", "b_lo", "b_exps", "c", "m", "n", "k"), "gpu",
+          doc="fixed15_v1's projection: float32 a quantized on the device, then int15i64.v1"),
+    Entry("nn_add_resident", ("x", "ldx", "y", "ldy", "out", "ldo", "n", "rows"), "gpu",
+          doc="ftz(x + y) row by row on device-resident operands (torch mode's bias add)"),
+    # the GPU model (mojo/transformer/gpu/model_entry.mojo): device memory and programs
+    Entry("dev_alloc", ("nbytes",), "gpu", "int", "a new device allocation; its address"),
+    Entry("dev_free", ("address", "nbytes"), "gpu"),
+    Entry("dev_upload", ("dst_dev", "src_host", "nbytes"), "gpu"),
+    Entry("dev_download", ("dst_host", "src_dev", "nbytes"), "gpu"),
+    Entry("dev_zero", ("address", "nbytes"), "gpu"),
+    Entry("dev_memory", (), "gpu", "ints", "(free, total) bytes of device memory"),
+    Entry("nn_program_dev", ("ops",), "gpu",
+          doc="ops: (name, *args) tuples, each a gpu_ref_* entry's name without the prefix "
+              "and its arguments (device addresses), run in order on one device context"),
+)
+
+BY_NAME = {e.name: e for e in ENTRIES}
+LIST_ARGS = {"shape": "list[int]", "byte_strides": "list[int]", "ops": "list[tuple]"}  # every other item is an int
+CPU_MODULES = ("_native_amx", "_native_v4", "_native_v3")
+GPU_MODULE = "_native_gpu"
+
+
+def entries(kind: str) -> tuple:
+    """The entries a module of this kind ('cpu' or 'gpu') registers."""
+    return tuple(e for e in ENTRIES if e.where in ("both", kind))
+
+
+def render_stub(kind: str) -> str:
+    """The .pyi text of a native module of this kind, rendered from the table."""
+    lines = [
+        f'"""Type stub of a mojolearn native module ({kind}); rendered from',
+        'mojolearn/_core/api.py by `python -m mojolearn._core.api --write-stubs`."""',
+        "",
+    ]
+    for e in entries(kind):
+        types = [LIST_ARGS.get(a, "int") for a in e.args]
+        items = ", ".join(f"{a}: {t}" for a, t in zip(e.args, types))
+        tup = f"tuple[{', '.join(types)}]" if e.args else "tuple[()]"
+        ret = {"None": "None", "int": "int", "str": "str", "tuple": "tuple[str, str]",
+               "strs": "tuple[str, str, str]", "ints": "tuple[int, ...]"}[e.returns]
+        note = f"  # ({items})" if items else ""
+        lines.append(f"def {e.name}(args: {tup}, /) -> {ret}: ...{note}")
+    return "\n".join(lines) + "\n"
+
+
+def stub_paths() -> dict:
+    here = Path(__file__).resolve().parents[1]  # the package folder, beside the modules
+    out = {here / f"{m}.pyi": "cpu" for m in CPU_MODULES}
+    out[here / f"{GPU_MODULE}.pyi"] = "gpu"
+    return out
+
+
+def main(argv) -> int:
+    if argv != ["--write-stubs"]:
+        print("usage: python -m mojolearn._core.api --write-stubs", file=sys.stderr)
+        return 2
+    for path, kind in stub_paths().items():
+        path.write_text(render_stub(kind))
+        print(f"wrote {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,6 @@
+"""Files: the checkpoint format (checkpoint.py: safetensors with the profile's
+metadata, low-bit tensors as stored, atomic writes), re-exported by
+``mojolearn.checkpoint``.
+
+May import: ``_core``, ``_data``, ``_table``, ``_ops``.
+"""

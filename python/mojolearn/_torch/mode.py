@@ -1,0 +1,509 @@
+"""The implementation of ``mojolearn.torch``: what it computes and promises is
+that public module's docstring (python/mojolearn/torch.py), which re-exports
+this module's public names."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+
+import torch as _torch
+
+from .. import linalg as _linalg
+from .._core.loader import cpu_native as _native  # the nn_* entries are the CPU build's
+from .._core.threads import tasks as _threads
+
+__all__ = ["identical", "enable", "disable", "is_enabled", "COVERED", "REFUSED",
+           "ELEMENTWISE_COVERED", "calls", "gpu_covered", "numeric_mode"]
+
+COVERED = ("aten::mm", "aten::mm.out", "aten::addmm", "aten::addmm.out", "aten::bmm",
+           "aten::bmm.out", "aten::baddbmm", "aten::mv", "aten::dot")
+"""The aten products the mode computes on fp32.v1 (float32 CPU tensors; on CUDA too
+where ``gpu_covered()``).
+"""
+REFUSED = ("aten::addmv", "aten::addbmm", "aten::addr",
+           "aten::_scaled_dot_product_flash_attention_for_cpu")
+"""Float32 aten products without a kernel here: refused by name while the mode is on."""
+ELEMENTWISE_COVERED = ("aten::silu", "aten::_softmax (last dim)",
+                       "aten::_log_softmax (last dim)", "aten::mean.dim (last dim)",
+                       "aten::rms_norm")
+"""The elementwise and reduction ops the mode runs on the contract's kernels
+(float32 CPU tensors; other dimensions and dtypes fall through).
+"""
+
+_lock = threading.RLock()
+_lib = None
+_orig: dict = {}
+_saved_flash = None
+_calls = {"mojolearn": 0, "fallthrough": 0}
+
+
+def calls() -> dict:
+    """How many product calls the mode computed and let fall through (for tests)."""
+    return dict(_calls)
+
+
+_gpu_ok = None  # the GPU build serves this process and drives torch's "cuda" device
+
+
+def gpu_covered() -> bool:
+    """True when float32 products of torch's "cuda" tensors (device 0) run on the GPU
+    inside the mode (fp32.v1, or the vendor's sgemm under numeric_mode fast): a GPU build serves this process (``MOJOLEARN_DEVICE``
+    auto or gpu) and drives the device torch calls "cuda" (CUDA or ROCm)."""
+    global _gpu_ok
+    if _gpu_ok is None:
+        from .._core import device as _device
+
+        ok = False
+        if _torch.cuda.is_available() and _device.get_device() != "cpu":
+            mod, api, _ = _device.gpu_status()
+            want = "hip" if getattr(_torch.version, "hip", None) else "cuda"
+            ok = mod is not None and api == want
+        _gpu_ok = ok
+    return _gpu_ok
+
+
+def _ours(*ts) -> bool:
+    """float32 strided tensors, all on the CPU, or all on cuda:0 when gpu_covered()."""
+    dev = None
+    for t in ts:
+        if not isinstance(t, _torch.Tensor):
+            return False
+        if t.dtype != _torch.float32 or t.layout != _torch.strided:
+            return False
+        if dev is None:
+            dev = t.device
+        elif t.device != dev:
+            return False
+    if dev is None or dev.type == "cpu":
+        return True
+    return dev.type == "cuda" and (dev.index or 0) == 0 and gpu_covered()
+
+
+def _cpu_only(*ts) -> bool:
+    """The elementwise kernels are the CPU's: device tensors stay torch's."""
+    return _ours(*ts) and all(t.device.type == "cpu" for t in ts)
+
+
+def _operand(x):
+    """(tensor, transposed): a batch of transposed contiguous matrices is passed as
+    its contiguous transpose with the flag (no copy; same bits by rule 6.5)."""
+    x = x.detach()
+    if x.dim() >= 2 and not x.is_contiguous():
+        xt = x.transpose(-1, -2)
+        if xt.is_contiguous():
+            return xt, True
+    if x.device.type != "cpu" and not x.is_contiguous():
+        # device memory is never copied by mojolearn itself: torch makes the byte copy
+        # (e.g. the stride-0 gradient of a sum reaching aten::mm in a backward)
+        x = x.contiguous()
+    return x, False
+
+
+def _product(a, b):
+    """fp32.v1 of a @ b (2-D or batched) as a mojolearn.Array."""
+    a, ta = _operand(a)
+    b, tb = _operand(b)
+    if ta and tb:  # one flag at a time (rule 7): the other operand is byte-copied
+        a, ta = a.transpose(-1, -2), False
+    from .._table import modes
+
+    with modes.using(numeric_mode()):
+        return _linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
+
+
+def _tensor(arr):
+    if isinstance(arr, _torch.Tensor):  # a device result, allocated by torch already
+        return arr
+    return _torch.from_dlpack(arr)
+
+
+def _key_of(args, kwargs) -> str:
+    for x in list(args) + list(kwargs.values()):
+        if isinstance(x, _torch.Tensor) and x.device.type == "cuda":
+            return "CUDA"
+    return "CPU"
+
+
+def _fall(name, ks, *args, **kwargs):
+    _calls["fallthrough"] += 1
+    return _orig[(name, _key_of(args, kwargs))].call_boxed(ks, *args, **kwargs)
+
+
+def _bias_add(c, bias, op):
+    """c (an Array (..., m, n), or a device tensor) += bias, in place: ftz(c + bias) by
+    the nn_add kernel (nn_add_resident on the GPU build for device tensors)."""
+    shape = tuple(c.shape)
+    n = shape[-1]
+    size = c.numel() if isinstance(c, _torch.Tensor) else c.size
+    rows = size // n if n else 0
+    b = bias.detach()
+    try:
+        if b.dim() >= 1 and b.shape[-1] == n and b.stride(-1) == 1 and b.numel() == n:
+            y, ldy = b, 0          # one row added to every row
+        else:
+            y, ldy = b.expand(shape).contiguous(), n  # a byte copy of the broadcast
+    except RuntimeError:
+        raise ValueError(
+            f"mojolearn.torch: {op}: the bias of shape {tuple(bias.shape)} does not broadcast "
+            f"to the product's shape {shape}"
+        ) from None
+    if rows and n:
+        if isinstance(c, _torch.Tensor):  # device-resident (see _product)
+            from .._core import device as _device
+
+            mod = _device.resident(op, [("out", tuple(int(x) for x in c.__dlpack_device__())),
+                                        ("bias", tuple(int(x) for x in y.__dlpack_device__()))])
+            mod.nn_add_resident((c.data_ptr(), n, y.data_ptr(), ldy, c.data_ptr(), n, n, rows))
+        else:
+            _native().nn_add((c.address, n, y.data_ptr(), ldy, c.address, n, n, rows,
+                              _threads()))
+    return c
+
+
+def _factors(op, beta, alpha):
+    if alpha != 1 or beta not in (0, 1) or isinstance(beta, complex) or isinstance(alpha, complex):
+        raise ValueError(
+            f"mojolearn.torch: {op} with beta={beta!r}, alpha={alpha!r}: under fp32.v1 only "
+            "alpha = 1 with beta = 0 or 1 is computed (rule 10.2); scale the operands "
+            "yourself, or call it outside mojolearn.torch.identical()"
+        )
+
+
+def _mm(ks, a, b):
+    if not _ours(a, b) or a.dim() != 2 or b.dim() != 2:
+        return _fall("mm", ks, a, b)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a, b))
+
+
+def _bmm(ks, a, b):
+    if not _ours(a, b) or a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
+        return _fall("bmm", ks, a, b)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a, b))
+
+
+def _biased(name, ndim):
+    """aten::addmm (ndim 2) / aten::baddbmm (ndim 3): the product, then the bias add
+    of rule 10.2 when beta is 1."""
+    op = f"aten::{name}"
+
+    def kernel(ks, bias, a, b, *, beta=1, alpha=1):
+        if (not _ours(bias, a, b) or a.dim() != ndim or b.dim() != ndim
+                or (ndim == 3 and a.shape[0] != b.shape[0])):
+            return _fall(name, ks, bias, a, b, beta=beta, alpha=alpha)
+        _factors(op, beta, alpha)
+        _calls["mojolearn"] += 1
+        c = _product(a, b)
+        if beta == 1:
+            _bias_add(c, bias, op)
+        return _tensor(c)
+    return kernel
+
+
+_addmm = _biased("addmm", 2)
+_baddbmm = _biased("baddbmm", 3)
+
+
+def _mv(ks, a, v):
+    if not _ours(a, v) or a.dim() != 2 or v.dim() != 1:
+        return _fall("mv", ks, a, v)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a, v.unsqueeze(1))).reshape(a.shape[0])
+
+
+def _dot(ks, a, b):
+    if not _ours(a, b) or a.dim() != 1 or b.dim() != 1 or a.shape != b.shape:
+        return _fall("dot", ks, a, b)
+    _calls["mojolearn"] += 1
+    return _tensor(_product(a.unsqueeze(0), b.unsqueeze(1))).reshape(())
+
+
+_ones = None
+
+
+def _silu(ks, x):
+    """silu(x) by the models' SiLU kernel (rule M-17: silu_mul with u = 1, and
+    mul(s, 1) = s exactly): bits independent of thread count and batch."""
+    global _ones
+    if not _cpu_only(x) or x.dim() == 0:
+        return _fall("silu", ks, x)
+    _calls["mojolearn"] += 1
+    x = x.detach().contiguous()
+    out = _torch.empty_like(x)
+    n = x.shape[-1]
+    rows = x.numel() // n if n else 0
+    if rows and n:
+        if _ones is None or _ones.numel() < x.numel():
+            _ones = _torch.ones(max(x.numel(), 1 << 16))
+        _native().nn_silu_mul((x.data_ptr(), _ones.data_ptr(), n, out.data_ptr(), n, n, rows,
+                               _threads()))
+    return out
+
+
+def _last_dim(x, dim) -> bool:
+    return x.dim() >= 1 and dim in (-1, x.dim() - 1)
+
+
+def _softmax_like(name, log):
+    def kernel(ks, x, dim, half_to_float):
+        if not _cpu_only(x) or half_to_float or not _last_dim(x, dim) or x.numel() == 0:
+            return _fall(name, ks, x, dim, half_to_float)
+        _calls["mojolearn"] += 1
+        x = x.detach().contiguous()
+        out = _torch.empty_like(x)
+        n = x.shape[-1]
+        _native().nn_softmax((x.data_ptr(), out.data_ptr(), x.numel() // n, n, int(log),
+                              _threads()))
+        return out
+    return kernel
+
+
+def _mean_dim(ks, x, dim=None, keepdim=False, *, dtype=None):
+    dims = list(dim) if dim is not None else None
+    if (not _cpu_only(x) or dtype is not None or dims is None or len(dims) != 1
+            or not _last_dim(x, dims[0]) or x.numel() == 0):
+        return _fall("mean.dim", ks, x, dim, keepdim, dtype=dtype)
+    _calls["mojolearn"] += 1
+    x = x.detach().contiguous()
+    n = x.shape[-1]
+    out = _torch.empty(x.shape[:-1], dtype=_torch.float32)
+    _native().nn_mean((x.data_ptr(), out.data_ptr(), x.numel() // n, n, _threads()))
+    return out.unsqueeze(-1) if keepdim else out
+
+
+def _rms_norm_covered(x, normalized_shape, weight) -> bool:
+    """Float32 CPU input whose last len(normalized_shape) >= 1 dimensions are
+    normalized_shape, a float32 CPU weight of that shape (or none), no empty row.
+    Anything else goes to torch's composite, which computes or raises as torch does."""
+    if not _cpu_only(x) or (weight is not None and not _cpu_only(x, weight)):
+        return False
+    shape = tuple(int(s) for s in normalized_shape)
+    k = len(shape)
+    if k == 0 or k > x.dim() or tuple(x.shape[x.dim() - k:]) != shape or x.numel() == 0:
+        return False
+    return weight is None or tuple(weight.shape) == shape
+
+
+def _f32_bits(eps) -> int:
+    """Rule M-31's eps: the float32 of eps (torch's default 2^-23 when None), read
+    flushed (a subnormal eps is the zero of its sign)."""
+    e = _torch.finfo(_torch.float32).eps if eps is None else float(eps)
+    b = int(_torch.tensor([e], dtype=_torch.float32).view(_torch.int32)[0]) & 0xFFFFFFFF
+    return b & 0x80000000 if (b & 0x7FFFFFFF) < 0x00800000 else b
+
+
+def _rms_norm_compute(x, normalized_shape, weight, eps):
+    """M-31: the models' RMSNorm kernel (M-4) over rows of the normalized elements."""
+    global _ones
+    x = x.detach().contiguous()
+    d = 1
+    for s in normalized_shape:
+        d *= int(s)
+    if weight is None:          # w_j = 1: mul(1, t) = t exactly
+        if _ones is None or _ones.numel() < d:
+            _ones = _torch.ones(max(d, 1 << 16))
+        w = _ones
+    else:
+        w = weight.detach().contiguous()
+    out = _torch.empty_like(x)
+    _native().nn_rmsnorm((x.data_ptr(), d, w.data_ptr(), out.data_ptr(), d, x.numel() // d, d,
+                          _f32_bits(eps), _threads()))
+    return out
+
+
+class _RMSNormGrad(_torch.autograd.Function):
+    """Forward by M-31; backward is torch's: the gradient of torch's own composite
+    (pow, mean, add, rsqrt, mul), recomputed from the saved inputs (with
+    create_graph, on the inputs themselves, so higher derivatives are torch's too)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, normalized_shape, eps, ks):
+        ctx.save_for_backward(x, weight)
+        ctx.args = (list(normalized_shape), eps, ks)
+        return _rms_norm_compute(x, normalized_shape, weight, eps)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        shape, eps, ks = ctx.args
+        need = ctx.needs_input_grad[:2]
+        create = _torch.is_grad_enabled()
+        with _torch.enable_grad():
+            ins = [x, weight]
+            if not create:
+                ins = [None if t is None else t.detach().requires_grad_(n)
+                       for t, n in zip(ins, need)]
+            y = _orig[("rms_norm", "CPU")].call_boxed(ks, ins[0], shape, ins[1], eps)
+            wanted = [t for t, n in zip(ins, need) if n and t is not None]
+            got = iter(_torch.autograd.grad(y, wanted, g, create_graph=create)
+                       if wanted else ())
+        return tuple(next(got) if n and t is not None else None
+                     for t, n in zip(ins, need)) + (None, None, None)
+
+
+def _rms_norm(ks, x, normalized_shape, weight=None, eps=None):
+    """aten::rms_norm (torch.nn.functional.rms_norm, torch.nn.RMSNorm) by rule M-31.
+    Registered at CPU and AutogradCPU: torch's kernel is a composite that would
+    otherwise be decomposed before any CPU kernel is reached."""
+    if not _rms_norm_covered(x, normalized_shape, weight):
+        return _fall("rms_norm", ks, x, normalized_shape, weight, eps)
+    _calls["mojolearn"] += 1
+    if _torch.is_grad_enabled() and (x.requires_grad
+                                     or (weight is not None and weight.requires_grad)):
+        return _RMSNormGrad.apply(x, weight, normalized_shape, eps, ks)
+    return _rms_norm_compute(x, normalized_shape, weight, eps)
+
+
+def _out_variant(name, compute):
+    def kernel(ks, *args, out, **kwargs):
+        if not _ours(out, *[x for x in args if isinstance(x, _torch.Tensor)]):
+            return _fall(name, ks, *args, out=out, **kwargs)
+        r = compute(ks, *args, **kwargs)   # a fresh result, so out may alias an input
+        if out.shape != r.shape:
+            out.resize_(r.shape)
+        out.copy_(r)                      # float32 to float32: a byte copy
+        return out
+    return kernel
+
+
+def _refuse(name):
+    def kernel(ks, *args, **kwargs):
+        ts = [x for x in args if isinstance(x, _torch.Tensor)]
+        if not any(t.dtype == _torch.float32 for t in ts):
+            return _fall(name, ks, *args, **kwargs)
+        raise ValueError(
+            f"mojolearn.torch: aten::{name} on float32 has no fp32.v1 kernel in this "
+            "version, and the mode never computes a product in another arithmetic; "
+            + ("use attn_implementation='eager' (or sdpa's math path) for the model"
+               if "attention" in name else
+               "write it with mm/bmm/addmm, or call it outside mojolearn.torch.identical()")
+        )
+    return kernel
+
+
+# ops whose torch kernel is a CompositeImplicitAutograd composite: also registered at
+# AutogradCPU, where torch would otherwise decompose them before reaching a CPU kernel
+_AUTOGRAD_TOO = ("rms_norm",)
+
+_KERNELS = {
+    "mm": _mm,
+    "mm.out": _out_variant("mm.out", _mm),
+    "bmm": _bmm,
+    "bmm.out": _out_variant("bmm.out", _bmm),
+    "addmm": _addmm,
+    "addmm.out": _out_variant("addmm.out", _addmm),
+    "baddbmm": _baddbmm,
+    "mv": _mv,
+    "dot": _dot,
+    "silu": _silu,
+    "_softmax": _softmax_like("_softmax", False),
+    "_log_softmax": _softmax_like("_log_softmax", True),
+    "mean.dim": _mean_dim,
+    "rms_norm": _rms_norm,
+    "addmv": _refuse("addmv"),
+    "addbmm": _refuse("addbmm"),
+    "addr": _refuse("addr"),
+    "_scaled_dot_product_flash_attention_for_cpu":
+        _refuse("_scaled_dot_product_flash_attention_for_cpu"),
+}
+
+
+def is_enabled() -> bool:
+    """True while the mode's kernels are registered (between ``enable()`` and ``disable()``)."""
+    return _lib is not None
+
+
+_GPU_KERNELS = ("mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out", "baddbmm", "mv", "dot",
+                "addmv", "addbmm", "addr")  # registered for CUDA when gpu_covered()
+_SDP = ("flash", "mem_efficient", "cudnn")
+
+
+def _sdp_state():
+    b = _torch.backends.cuda
+    return {k: getattr(b, f"{k}_sdp_enabled")() for k in _SDP if hasattr(b, f"{k}_sdp_enabled")}
+
+
+def _sdp_set(state):
+    b = _torch.backends.cuda
+    for k, v in state.items():
+        getattr(b, f"enable_{k}_sdp")(v)
+
+
+_mode = [None]  # the numeric_mode enable() was given (None: the process mode per call)
+
+
+def numeric_mode() -> str:
+    """The numeric mode the registered kernels run under: the one ``enable`` /
+    ``identical`` was given, else the process mode (``mojolearn.numeric_mode()``) at
+    the time of each call."""
+    from .._table import modes
+
+    return _mode[0] or modes.numeric_mode()
+
+
+def enable(numeric_mode=None) -> None:
+    """Register the kernels (process-wide) until ``disable()``. ``numeric_mode``: the
+    promise the products run under (``identical`` by default through the process
+    mode; ``deterministic`` / ``fast`` run the looser fixed orders of
+    ``mojolearn.modes``); checked at once."""
+    global _lib, _saved_flash
+    from .._table import modes
+
+    with _lock:
+        if numeric_mode is not None:
+            _mode[0] = modes.resolve(numeric_mode)
+        if _lib is not None:
+            return
+        keys = [("CPU", tuple(_KERNELS))]
+        if gpu_covered():
+            keys.append(("CUDA", _GPU_KERNELS))
+        for key, names in keys:
+            for name in names:
+                if (name, key) not in _orig:
+                    _orig[(name, key)] = _torch.library.get_kernel(f"aten::{name}", key)
+        lib = _torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for key, names in keys:
+                for name in names:
+                    lib.impl(name, _KERNELS[name], key, with_keyset=True)
+            for name in _AUTOGRAD_TOO:
+                lib.impl(name, _KERNELS[name], "AutogradCPU", with_keyset=True)
+        _saved_flash = _sdp_state()
+        # sdpa then takes its math path (bmm): on the CPU the flash switch decides, on
+        # a GPU the memory-efficient and cuDNN kernels too
+        _sdp_set({k: False for k in _saved_flash if k == "flash" or len(keys) > 1})
+        _lib = lib
+
+
+def disable() -> None:
+    """Restore torch's own kernels."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            return
+        _lib._destroy()
+        _lib = None
+        _mode[0] = None
+        if _saved_flash is not None:
+            _sdp_set(_saved_flash)
+
+
+@contextlib.contextmanager
+def identical(numeric_mode=None):
+    """``with mojolearn.torch.identical():`` every float32 CPU product inside runs
+    fp32.v1, including the products of a ``backward()`` called inside. Nests;
+    restores the state it found. ``numeric_mode`` (checked at once) runs the products
+    under that promise instead (see ``enable``)."""
+    with _lock:
+        was, old = is_enabled(), _mode[0]
+        enable(numeric_mode)
+    try:
+        yield
+    finally:
+        if not was:
+            disable()
+        else:
+            _mode[0] = old
