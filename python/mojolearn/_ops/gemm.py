@@ -11,7 +11,7 @@ import ctypes
 from .._data.array import Array, empty
 from .._core.loader import native
 from .._core.threads import gemm_tasks
-from .._data.buffers import Buf, read
+from .._data.buffers import read
 from .._data.validate import buf, contiguous, out_buf
 from . import convert as _convert
 from .calls import f32_mode_code, mode_code, sabotage_arg, workspace, workspace_fit

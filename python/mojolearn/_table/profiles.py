@@ -13,9 +13,7 @@ from .._core import device as _device
 from .table import (
     BASELINE, DEFAULT, TRAINING_DEFAULT, FAMILIES, ENV, STATE_KEY, USES, PROFILES, REJECTED,
 )
-from .measured import (  # noqa: F401  (re-exported; tests reload through these)
-    MEASURED, _load_measured, _results_dirs, _quality_rows, _parse_file, _Malformed,
-)
+from .measured import MEASURED, _load_measured, _quality_rows, _results_dirs
 
 __all__ = [
     "canonical",
