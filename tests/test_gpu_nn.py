@@ -51,7 +51,7 @@ def test_rope_table_and_rotation_bodies(hd, theta):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((6, 2 * hd)).astype(np.float32)
     dst = np.empty_like(x)
-    native().gpu_ref_nn_rope((a(x), 2 * hd, a(dst), 2 * hd, hd, 2, hd, a(c), a(s), 10, 3, 6, 0, 0))
+    native().gpu_ref_nn_rope((a(x), 2 * hd, a(dst), 2 * hd, hd, 2, hd, a(c), a(s), 10, 3, 6, 0, 0, hd))
     pos = 10 + np.arange(6) % 3
     for h in range(2):
         assert_same_bits(dst[:, h * hd:(h + 1) * hd],

@@ -98,7 +98,7 @@ def nn_rope_table(args: PythonObject) raises -> PythonObject:
 
 def nn_rope(args: PythonObject) raises -> PythonObject:
     """(src, lds, dst, ldd, dst_head_stride, n_heads, head_dim, cos, sin, pos0, length,
-    rows, transposed, tmax, tasks)."""
+    rows, transposed, tmax, tasks, rot_dim)."""
     var src = ptr_f32(_arg(args, 0))
     var lds = _arg(args, 1)
     var dst = ptr_f32(_arg(args, 2))
@@ -114,9 +114,12 @@ def nn_rope(args: PythonObject) raises -> PythonObject:
     var transposed = _arg(args, 12) != 0
     var tmax = _arg(args, 13)
     var t_count = _tasks(rows, _arg(args, 14), max(1, 4096 // max(1, nh * hd)))
-    def work(t: Int) {imm src, imm lds, imm dst, imm ldd, imm dhs, imm nh, imm hd, imm cos_t, imm sin_t, imm pos0, imm length, imm rows, imm transposed, imm tmax, imm t_count}:
+    var rot = _arg(args, 15)
+    if rot < 0 or rot > hd or rot % 2 != 0:
+        raise Error(String("mojolearn: nn_rope: rot_dim ", rot, " is not an even count <= head_dim ", hd))
+    def work(t: Int) {imm src, imm lds, imm dst, imm ldd, imm dhs, imm nh, imm hd, imm cos_t, imm sin_t, imm pos0, imm length, imm rows, imm transposed, imm tmax, imm t_count, imm rot}:
         var b = chunk_bounds(rows, t_count, t, 1)
-        rope_rows(src, lds, dst, ldd, dhs, nh, hd, cos_t, sin_t, pos0, length, b[0], b[1], transposed, tmax)
+        rope_rows(src, lds, dst, ldd, dhs, nh, hd, cos_t, sin_t, pos0, length, b[0], b[1], transposed, tmax, rot)
 
     run_tasks(work, t_count)
     return PythonObject(None)

@@ -112,13 +112,17 @@ def rope_table_rows(cos_t: F32Ptr, sin_t: F32Ptr, head_dim: Int, theta: Float32,
 def rope_rows(
     src: F32Ptr, lds: Int, dst: F32Ptr, ldd: Int, dst_head_stride: Int, n_heads: Int, head_dim: Int,
     cos_t: F32Ptr, sin_t: F32Ptr, pos0: Int, length: Int, r0: Int, r1: Int, transposed: Bool, tmax: Int,
+    rot_dim: Int,
 ):
     """Rotate the heads of rows r0..r1 (row r is token r % length at position
     pos0 + r % length). Source head h lives at src[r * lds + h * head_dim].
     transposed=False: dst[r * ldd + h * dst_head_stride + j].
     transposed=True (the key cache, (batch, kv_heads, head_dim, tmax)): row r of batch
-    b = r // length goes to column pos of dst[((b * n_heads + h) * head_dim + j) * tmax + pos]."""
-    var half = head_dim // 2
+    b = r // length goes to column pos of dst[((b * n_heads + h) * head_dim + j) * tmax + pos].
+    rot_dim (even, <= head_dim; M-34): the first rot_dim elements of each head rotate in
+    halves of rot_dim / 2 (the table's rows are rot_dim / 2 wide); the rest are copied
+    (flushed, as every value written between steps)."""
+    var half = rot_dim // 2
     for r in range(r0, r1):
         var pos = pos0 + r % length
         var b = r // length
@@ -127,10 +131,14 @@ def rope_rows(
         for h in range(n_heads):
             var x = src.unsafe_offset(r * lds + h * head_dim)
             for j in range(head_dim):
-                var i = j if j < half else j - half
-                var xj = daz_in(F1(x.unsafe_load(j)))
-                var other = daz_in(F1(-x.unsafe_load(j + half)) if j < half else F1(x.unsafe_load(j - half)))
-                var y = ftz(mul(xj, daz_in(F1(c.unsafe_load(i)))) + mul(other, daz_in(F1(s.unsafe_load(i)))))
+                var y: F1
+                if j < rot_dim:
+                    var i = j if j < half else j - half
+                    var xj = daz_in(F1(x.unsafe_load(j)))
+                    var other = daz_in(F1(-x.unsafe_load(j + half)) if j < half else F1(x.unsafe_load(j - half)))
+                    y = ftz(mul(xj, daz_in(F1(c.unsafe_load(i)))) + mul(other, daz_in(F1(s.unsafe_load(i)))))
+                else:
+                    y = ftz(daz_in(F1(x.unsafe_load(j))))
                 if transposed:
                     dst.unsafe_store(((b * n_heads + h) * head_dim + j) * tmax + pos, y[0])
                 else:

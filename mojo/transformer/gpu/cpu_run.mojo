@@ -65,7 +65,8 @@ def gpu_ref_nn_rope_table(args: PythonObject) raises -> PythonObject:
 
 
 def gpu_ref_nn_rope(args: PythonObject) raises -> PythonObject:
-    """(src, lds, dst, ldd, dhs, n_heads, head_dim, cos, sin, pos0, length, rows, transposed, tmax)."""
+    """(src, lds, dst, ldd, dhs, n_heads, head_dim, cos, sin, pos0, length, rows, transposed, tmax,
+    rot_dim)."""
     var old = enter_ieee_mode()
     var nh = _arg(args, 5)
     var hd = _arg(args, 6)
@@ -75,7 +76,7 @@ def gpu_ref_nn_rope(args: PythonObject) raises -> PythonObject:
                 rope_thread(ptr_f32(_arg(args, 0)), _arg(args, 1), ptr_f32(_arg(args, 2)),
                             _arg(args, 3), _arg(args, 4), hd, ptr_f32(_arg(args, 7)),
                             ptr_f32(_arg(args, 8)), _arg(args, 9), _arg(args, 10),
-                            _arg(args, 12) != 0, nh, _arg(args, 13), r, h, j)
+                            _arg(args, 12) != 0, nh, _arg(args, 13), r, h, j, _arg(args, 14))
     leave_ieee_mode(old)
     return PythonObject(None)
 

@@ -51,7 +51,7 @@ def rope_table_kernel(cos_t: F32Ptr, sin_t: F32Ptr, npos: Int32, head_dim: Int32
 def rope_kernel(
     src: F32Ptr, lds: Int32, dst: F32Ptr, ldd: Int32, dhs: Int32, head_dim: Int32, cos_t: F32Ptr,
     sin_t: F32Ptr, pos0: Int32, length: Int32, transposed: Int32, n_heads: Int32, tmax: Int32,
-    rows: Int32,
+    rows: Int32, rot_dim: Int32,
 ):
     var per_row = Int(n_heads) * Int(head_dim)
     var t = _gid()
@@ -60,7 +60,7 @@ def rope_kernel(
         var rem = t % per_row
         rope_thread(src, Int(lds), dst, Int(ldd), Int(dhs), Int(head_dim), cos_t, sin_t, Int(pos0),
                     Int(length), transposed != 0, Int(n_heads), Int(tmax), r,
-                    rem // Int(head_dim), rem % Int(head_dim))
+                    rem // Int(head_dim), rem % Int(head_dim), Int(rot_dim))
         t += _stride()
 
 

@@ -138,7 +138,8 @@ def run_op(ctx: DeviceContext, op: Int, a: List[Int], at: Int) raises:
                 grid_dim=blocks_1d(npos * (hd // 2)), block_dim=B1,
             )
     elif op == OP_ROPE:
-        # (src, lds, dst, ldd, dhs, n_heads, head_dim, cos, sin, pos0, length, rows, transposed, tmax)
+        # (src, lds, dst, ldd, dhs, n_heads, head_dim, cos, sin, pos0, length, rows, transposed, tmax,
+        #  rot_dim)
         var nh = a[at + 5]
         var hd = a[at + 6]
         var rows = a[at + 11]
@@ -147,7 +148,7 @@ def run_op(ctx: DeviceContext, op: Int, a: List[Int], at: Int) raises:
                 host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), Int32(a[at + 3]),
                 Int32(a[at + 4]), Int32(hd), host_ptr[F](a[at + 7]), host_ptr[F](a[at + 8]),
                 Int32(a[at + 9]), Int32(a[at + 10]), Int32(a[at + 12]), Int32(nh), Int32(a[at + 13]),
-                Int32(rows), grid_dim=blocks_1d(rows * nh * hd), block_dim=B1,
+                Int32(rows), Int32(a[at + 14]), grid_dim=blocks_1d(rows * nh * hd), block_dim=B1,
             )
     elif op == OP_KV_APPEND:  # (src, lds, dst, n_heads, head_dim, pos0, length, rows, tmax)
         var nh = a[at + 3]

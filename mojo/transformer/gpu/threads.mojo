@@ -69,16 +69,21 @@ def rope_table_thread(cos_t: F32Ptr, sin_t: F32Ptr, head_dim: Int, log_theta: Fl
 def rope_thread(
     src: F32Ptr, lds: Int, dst: F32Ptr, ldd: Int, dhs: Int, head_dim: Int, cos_t: F32Ptr,
     sin_t: F32Ptr, pos0: Int, length: Int, transposed: Bool, n_heads: Int, tmax: Int,
-    r: Int, h: Int, j: Int,
+    r: Int, h: Int, j: Int, rot_dim: Int,
 ):
-    """M-10, element j of head h of row r (layouts as the CPU kernel's)."""
-    var half = head_dim // 2
+    """M-10 / M-34, element j of head h of row r (layouts as the CPU kernel's): the first
+    rot_dim elements of a head rotate in halves of rot_dim / 2, the rest are copied."""
+    var half = rot_dim // 2
     var pos = pos0 + r % length
     var b = r // length
     var x = src.unsafe_offset(r * lds + h * head_dim)
-    var i = j if j < half else j - half
-    var other = -ld(x, j + half) if j < half else ld(x, j - half)
-    var y = ftz(mul(ld(x, j), ld(cos_t, pos * half + i)) + mul(other, ld(sin_t, pos * half + i)))
+    var y: F1
+    if j < rot_dim:
+        var i = j if j < half else j - half
+        var other = -ld(x, j + half) if j < half else ld(x, j - half)
+        y = ftz(mul(ld(x, j), ld(cos_t, pos * half + i)) + mul(other, ld(sin_t, pos * half + i)))
+    else:
+        y = ftz(ld(x, j))
     if transposed:
         dst.unsafe_store(((b * n_heads + h) * head_dim + j) * tmax + pos, y[0])
     else:

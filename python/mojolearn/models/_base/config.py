@@ -8,7 +8,7 @@ import math
 import os
 from dataclasses import dataclass
 
-SUPPORTED = ("llama", "mistral", "qwen2")
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 """The ``model_type`` values the models compute."""
 MAX_ROPE_POSITIONS = 8192  # rule M-7: angles >= 8192 are refused
 MAX_HEAD_DIM = 1024
@@ -22,7 +22,6 @@ _MUST = {
     "logit_softcapping": (None,),
     "mlp_bias": (False, None),
     "pretraining_tp": (1, None),
-    "partial_rotary_factor": (1, 1.0, None),
     "quantization_config": (None,),
     "use_qk_norm": (False, None),
 }
@@ -59,6 +58,23 @@ def _float(d, key, model_type, default=None):
     return float(v)
 
 
+def _partial_rotary(d, mt):
+    """The partial_rotary_factor of a config (top level or inside rope_parameters, as
+    transformers 5 writes it); 1.0 when absent. Refused when the two disagree."""
+    top = d.get("partial_rotary_factor")
+    rp = d.get("rope_parameters")
+    inner = rp.get("partial_rotary_factor") if isinstance(rp, dict) else None
+    vals = [v for v in (top, inner) if v is not None]
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1):
+            raise ValueError(f"mojolearn: model config: model_type {mt!r}: partial_rotary_factor "
+                             f"must be a number in (0, 1], got {v!r}")
+    if len(vals) == 2 and float(vals[0]) != float(vals[1]):
+        _refuse(mt, "rope_parameters.partial_rotary_factor", inner,
+                f"it disagrees with partial_rotary_factor = {top!r}")
+    return float(vals[0]) if vals else 1.0
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The fields of a model's config.json that the computation reads (frozen).
@@ -78,6 +94,18 @@ class ModelConfig:
     max_position_embeddings: int
     tie_word_embeddings: bool
     qkv_bias: bool
+    qk_norm: bool = False
+    """qwen3: q and k RMS-normalized per head (weights of head_dim) before RoPE (M-33)."""
+    rotary_dim: int = 0
+    """The leading elements of each head that RoPE rotates (M-34; phi3's
+    partial_rotary_factor); 0 in a config made by hand means head_dim."""
+    sliding_window: int | None = None
+    """phi3: the attention window of the checkpoint; a model computes only while every
+    key is inside it (max_positions <= sliding_window), so the window never masks."""
+
+    def __post_init__(self):
+        if self.rotary_dim == 0:
+            object.__setattr__(self, "rotary_dim", self.head_dim)
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
@@ -104,7 +132,7 @@ class ModelConfig:
             rtype = rp.get("rope_type", rp.get("type", "default"))
             if rtype != "default":
                 _refuse(mt, "rope_parameters.rope_type", rtype, "only the default RoPE is computed")
-            extra = sorted(set(rp) - {"rope_theta", "rope_type", "type"})
+            extra = sorted(set(rp) - {"rope_theta", "rope_type", "type", "partial_rotary_factor"})
             if extra:
                 _refuse(mt, "rope_parameters." + extra[0], rp[extra[0]],
                         "RoPE scaling parameters are not computed")
@@ -118,17 +146,40 @@ class ModelConfig:
         if theta is None:
             theta = 10000.0
         theta = _float({"rope_theta": theta}, "rope_theta", mt)
-        if mt in ("llama", "mistral") and d.get("attention_bias", False):
+        if mt in ("llama", "mistral", "qwen3", "phi3") and d.get("attention_bias", False):
             _refuse(mt, "attention_bias", d["attention_bias"], "q/k/v/o biases are not computed for this type")
+        prf = _partial_rotary(d, mt)
+        if prf != 1.0 and mt != "phi3":
+            _refuse(mt, "partial_rotary_factor", prf,
+                    "rotary on part of each head is computed for phi3 only (this type's "
+                    "transformers model rotates the whole head)")
+        if mt in ("qwen2", "qwen3"):
+            if d.get("use_sliding_window", False):
+                _refuse(mt, "use_sliding_window", d["use_sliding_window"],
+                        "sliding-window attention is not computed")
+            lt = d.get("layer_types")
+            if lt is not None:
+                if not isinstance(lt, list) or not all(isinstance(v, str) for v in lt):
+                    raise ValueError(f"mojolearn: model config: model_type {mt!r}: layer_types "
+                                     f"must be a list of str, got {lt!r}")
+                other = sorted(set(lt) - {"full_attention"})
+                if other:
+                    _refuse(mt, "layer_types", other[0],
+                            "only full-attention layers are computed")
         if mt == "mistral" and d.get("sliding_window") is not None:
             _refuse(mt, "sliding_window", d["sliding_window"], "sliding-window attention is not computed")
-        if mt == "qwen2" and d.get("use_sliding_window", False):
-            _refuse(mt, "use_sliding_window", d["use_sliding_window"],
-                    "sliding-window attention is not computed")
+        window = None
+        if mt == "phi3" and d.get("sliding_window") is not None:
+            window = _int(d, "sliding_window", mt)
         hidden = _int(d, "hidden_size", mt)
         heads = _int(d, "num_attention_heads", mt)
         kv = _int(d, "num_key_value_heads", mt, heads)
         hd = d.get("head_dim")
+        if hd is None and mt == "qwen3":
+            hd = 128  # transformers' Qwen3Config default: not hidden_size / heads
+        if mt == "phi3" and hd is not None and hd * heads != hidden:
+            _refuse(mt, "head_dim", hd, f"phi3 computes head_dim = hidden_size / "
+                    f"num_attention_heads = {hidden / heads:g}")
         if hd is None:
             if hidden % heads:
                 raise ValueError(
@@ -139,6 +190,10 @@ class ModelConfig:
         hd = _int({"head_dim": hd}, "head_dim", mt)
         if hd % 2 or hd > MAX_HEAD_DIM:
             _refuse(mt, "head_dim", hd, f"RoPE needs an even head_dim <= {MAX_HEAD_DIM}")
+        rot = int(hd * prf)  # transformers: int(head_dim * partial_rotary_factor)
+        if rot <= 0 or rot % 2:
+            _refuse(mt, "partial_rotary_factor", prf, f"it rotates {rot} of the {hd} elements of "
+                    f"a head, which is not a positive even count")
         if heads % kv:
             raise ValueError(
                 f"mojolearn: model config: num_attention_heads {heads} is not a multiple of "
@@ -161,6 +216,9 @@ class ModelConfig:
             max_position_embeddings=_int(d, "max_position_embeddings", mt, 2048),
             tie_word_embeddings=tie,
             qkv_bias=(mt == "qwen2"),
+            qk_norm=(mt == "qwen3"),
+            rotary_dim=rot,
+            sliding_window=window,
         )
 
     @classmethod
@@ -189,8 +247,9 @@ class ModelConfig:
 
     def fingerprint(self) -> str:
         """Identifies the model shape (a state from another model is refused)."""
-        return (f"{self.model_type}:{self.vocab_size}:{self.hidden_size}:{self.intermediate_size}:"
-                f"{self.num_hidden_layers}:{self.num_attention_heads}:{self.num_key_value_heads}:"
-                f"{self.head_dim}")
+        fp = (f"{self.model_type}:{self.vocab_size}:{self.hidden_size}:{self.intermediate_size}:"
+              f"{self.num_hidden_layers}:{self.num_attention_heads}:{self.num_key_value_heads}:"
+              f"{self.head_dim}")
+        return fp if self.rotary_dim == self.head_dim else f"{fp}:rot{self.rotary_dim}"
 
 __all__ = ["ModelConfig", "SUPPORTED", "MAX_ROPE_POSITIONS", "MAX_HEAD_DIM"]

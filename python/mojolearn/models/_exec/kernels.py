@@ -175,11 +175,15 @@ def rope_table(npos: int, head_dim: int, theta_bits: int):
 
 
 def rope(src, src_off: int, lds: int, dst, ldd: int, dhs: int, n_heads: int, head_dim: int,
-         cos, sin, pos0: int, length: int, rows: int, *, transposed: bool = False, tmax: int = 0):
-    """Rotate n_heads heads starting at column src_off of each row of src."""
+         cos, sin, pos0: int, length: int, rows: int, *, transposed: bool = False, tmax: int = 0,
+         rot_dim: int | None = None):
+    """Rotate n_heads heads starting at column src_off of each row of src: the first
+    rot_dim (default head_dim) elements of each head by the table (cos, sin of rot_dim / 2
+    columns), the rest copied (M-10, M-34)."""
     native().nn_rope((
         _a(src) + 4 * src_off, lds, _a(dst), ldd, dhs, n_heads, head_dim, _a(cos), _a(sin),
         pos0, length, rows, int(transposed), tmax, tasks(),
+        head_dim if rot_dim is None else rot_dim,
     ))
 
 

@@ -70,7 +70,9 @@ def plan_bytes(cfg, profile, weight_format, max_positions) -> dict:
     out["projections"] = L * sum(_stored_bytes(kind, n, k) for n, k in shapes.values())
     if cfg.qkv_bias:
         out["bias"] = 4 * L * shapes["qkv"][0]
-    out["rope"] = 8 * max_positions * (cfg.head_dim // 2)
+    if cfg.qk_norm:
+        out["norms"] += 4 * L * 2 * cfg.head_dim + 4 * cfg.num_attention_heads * cfg.head_dim
+    out["rope"] = 8 * max_positions * (cfg.rotary_dim // 2)
     if kind == "int8":
         out["int8 widening panel"] = 4 * max(n * k for n, k in shapes.values())
     return out
@@ -173,10 +175,20 @@ class _DevLayer:
         del gu
         self.down = DevProj(backend, np.ascontiguousarray(get(p + "mlp.down_proj.weight")), profile,
                             weight_format)
+        self.qn = self.kn = self.negzero = None
+        if getattr(cfg, "qk_norm", False):
+            self.qn = upload(backend, np.asarray(get(p + "self_attn.q_norm.weight"), dtype=np.float32))
+            self.kn = upload(backend, np.asarray(get(p + "self_attn.k_norm.weight"), dtype=np.float32))
+            # a row of -0.0: add(x, -0) is x exactly (+0 stays +0, -0 stays -0), so an
+            # nn_add with it copies the q and k parts of the product out to the contiguous
+            # rows of head_dim the per-head RMSNorm reads
+            self.negzero = upload(backend, np.full(cfg.num_attention_heads * cfg.head_dim, -0.0,
+                                                   dtype=np.float32))
 
     def held(self, out):
         out["float32"] = out.get("float32", 0) + self.ln1.nbytes + self.ln2.nbytes + (
-            self.bias.nbytes if self.bias is not None else 0)
+            self.bias.nbytes if self.bias is not None else 0) + (
+            self.qn.nbytes + self.kn.nbytes + self.negzero.nbytes if self.qn is not None else 0)
         for pr in (self.qkv, self.o, self.gu, self.down):
             out[pr.kind] = out.get(pr.kind, 0) + pr.nbytes()
 
@@ -202,8 +214,19 @@ def layer_ops(ops, layer, x, B, L, pos0, kt, vc, tmax, rows, c, eps_bits, fixed1
     layer.qkv.ops(ops, h.addr, rows, qkv.addr, sc)
     if layer.bias is not None:
         ops.append(("nn_add", qkv.addr, ld, layer.bias.addr, 0, qkv.addr, ld, rows, ld))
-    ops.append(("nn_rope", qkv.addr, ld, q.addr, nq, hd, nh, hd, cos, sin, pos0, L, rows, 0, 0))
-    ops.append(("nn_rope", qkv.at(nq), ld, kt, 0, 0, kvh, hd, cos, sin, pos0, L, rows, 1, tmax))
+    rot = getattr(c, "rotary_dim", hd)
+    qs, lq, ks, lk = qkv.addr, ld, qkv.at(nq), ld
+    if layer.qn is not None:  # M-33: per-head RMSNorm of q and k before RoPE
+        raw = sc.get("qk_raw", rows * (nq + nk))
+        qs, ks = sc.get("qn", rows * nq).addr, sc.get("kn", rows * nk).addr
+        ops.append(("nn_add", qkv.addr, ld, layer.negzero.addr, 0, raw.addr, nq, rows, nq))
+        ops.append(("nn_add", qkv.at(nq), ld, layer.negzero.addr, 0, raw.at(rows * nq), nk, rows,
+                    nk))
+        ops.append(("nn_rmsnorm", raw.addr, layer.qn.addr, qs, rows * nh, hd, eps_bits))
+        ops.append(("nn_rmsnorm", raw.at(rows * nq), layer.kn.addr, ks, rows * kvh, hd, eps_bits))
+        lq, lk = nq, nk
+    ops.append(("nn_rope", qs, lq, q.addr, nq, hd, nh, hd, cos, sin, pos0, L, rows, 0, 0, rot))
+    ops.append(("nn_rope", ks, lk, kt, 0, 0, kvh, hd, cos, sin, pos0, L, rows, 1, tmax, rot))
     ops.append(("nn_kv_append", qkv.at(nq + nk), ld, vc, kvh, hd, pos0, L, rows, tmax))
     ops.append(("nn_attention", q.addr, nq, kt, vc, ctx.addr, ws.addr, B, L, nh, kvh, hd, pos0,
                 tmax, int(fixed15)))
@@ -272,11 +295,11 @@ class GpuModel:
         self.layers = [_DevLayer(backend, lambda n: np.asarray(pop(n)), f"model.layers.{i}.", cfg,
                                  self.profile, self.weight_format)
                        for i in range(cfg.num_hidden_layers)]
-        half = cfg.head_dim // 2
+        half = cfg.rotary_dim // 2
         self.cos = backend.alloc((self.max_positions, half), np.float32)
         self.sin = backend.alloc((self.max_positions, half), np.float32)
         backend.run([("nn_rope_table", self.cos.addr, self.sin.addr, self.max_positions,
-                      cfg.head_dim, K.f32_bits(cfg.rope_theta))])
+                      cfg.rotary_dim, K.f32_bits(cfg.rope_theta))])
 
     # ------------------------------------------------------------ bookkeeping
     def held(self) -> dict:
@@ -405,19 +428,21 @@ class GpuBlock:
     back."""
 
     def __init__(self, backend, get, *, d, n_heads, n_kv_heads, head_dim, intermediate, eps,
-                 rope_theta, max_positions, profile, weight_format, qkv_bias):
+                 rope_theta, max_positions, profile, weight_format, qkv_bias, qk_norm=False,
+                 rotary_dim=None):
         self.backend = backend
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
         self.dims = _BlockDims(num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
                                head_dim=head_dim, hidden_size=d, intermediate_size=intermediate,
-                               qkv_bias=qkv_bias)
+                               qkv_bias=qkv_bias, qk_norm=qk_norm, rotary_dim=rotary_dim)
         self.fixed15 = profile == "fixed15_v1"
         self.eps_bits = K.f32_bits(eps)
         self.scratch = _Scratch(backend)
         self.layer = _DevLayer(backend, get, "", self.dims, profile, weight_format)
-        half = head_dim // 2
+        half = rotary_dim // 2
         self.cos = backend.alloc((max_positions, half), np.float32)
         self.sin = backend.alloc((max_positions, half), np.float32)
-        backend.run([("nn_rope_table", self.cos.addr, self.sin.addr, max_positions, head_dim,
+        backend.run([("nn_rope_table", self.cos.addr, self.sin.addr, max_positions, rotary_dim,
                       K.f32_bits(rope_theta))])
 
     def forward(self, xs, B, L):

@@ -3,6 +3,7 @@ that public module's docstring (python/mojolearn/models/loader.py), which re-exp
 this module's public names."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -65,16 +66,7 @@ class LazyWeights:
         cols=(c0, c1)) as a new C-contiguous float32 array: read from the file alone
         where the format allows (safetensors: those bytes only), else the tensor read
         and sliced (GGUF: dequantized whole). A 1-D tensor takes rows= only."""
-        read = self._entries[name][1]
-        fn = getattr(read, "part", None)
-        if fn is not None:
-            return fn(rows, cols)
-        w = read()
-        if rows is not None:
-            w = w[rows[0]:rows[1]]
-        if cols is not None:
-            w = w[:, cols[0]:cols[1]]
-        return np.ascontiguousarray(w)
+        return _read_part(self._entries[name][1], rows, cols)
 
     def pop_stored(self, name):
         """``stored(name)``, and the entry let go (as ``pop``)."""
@@ -93,6 +85,18 @@ class LazyWeights:
     def load_all(self) -> dict:
         """Every tensor read now: the plain dict read_model(path) returns."""
         return {name: read() for name, (_, read) in self._entries.items()}
+
+
+def _read_part(read, rows=None, cols=None):
+    fn = getattr(read, "part", None)
+    if fn is not None:
+        return fn(rows, cols)
+    w = read()
+    if rows is not None:
+        w = w[rows[0]:rows[1]]
+    if cols is not None:
+        w = w[:, cols[0]:cols[1]]
+    return np.ascontiguousarray(w)
 
 
 def read_safetensors(path) -> dict:
@@ -241,8 +245,84 @@ def _st_reader(path, name, dt, shape, at, exps_at=None):
 
 def read_hf_dir(path, lazy=False):
     cfg = ModelConfig.from_file(os.path.join(path, "config.json"))
-    weights = LazyWeights(_hf_entries(path), f"model {os.fspath(path)!r}")
+    weights = split_fused(cfg, LazyWeights(_hf_entries(path), f"model {os.fspath(path)!r}"))
     return cfg, (weights if lazy else weights.load_all())
+
+
+# phi3 stores q/k/v and gate/up stacked by rows; each output element of fp32.v1 (and
+# int15i64.v1) is its own chain over k, so rows of the stacked weight are the separate
+# weights and their products the separate products, bit for bit (M-34)
+_FUSED = {
+    "self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                  "self_attn.v_proj.weight"),
+    "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+}
+
+
+def _fused_rows(cfg: ModelConfig, fused: str):
+    hd = cfg.head_dim
+    if fused.startswith("self_attn"):
+        nq, nk = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+        return [(0, nq), (nq, nq + nk), (nq + nk, nq + 2 * nk)]
+    ff = cfg.intermediate_size
+    return [(0, ff), (ff, 2 * ff)]
+
+
+def _row_entry(whole, fused: str, r0: int, r1: int, shape):
+    """The entry of rows [r0, r1) of the stored tensor ``fused`` whose reader is
+    ``whole``: read and part as the whole tensor's, those rows only (a safetensors file
+    reads their bytes alone); stored() gives the float32 of those rows."""
+    def read():
+        return _read_part(whole, (r0, r1))
+
+    def part(rows=None, cols=None):
+        a, b = rows if rows is not None else (0, r1 - r0)
+        if not 0 <= a <= b <= r1 - r0:
+            raise ValueError(f"mojolearn: tensor {fused!r} rows [{r0}, {r1}) have no part "
+                             f"rows={rows}")
+        return _read_part(whole, (r0 + a, r0 + b), cols)
+
+    read.part, read.stored = part, read
+    return (tuple(shape), read)
+
+
+def split_fused(cfg: ModelConfig, weights):
+    """The weights under the names the models read: a phi3 checkpoint's stacked
+    ``qkv_proj`` / ``gate_up_proj`` become their row blocks under the q/k/v and
+    gate/up names (a LazyWeights: entries that read those rows when asked; a dict:
+    contiguous copies of the rows). Other types, and a dict already split, pass as they
+    are; a dict holding both a stacked tensor and its parts is refused."""
+    if cfg.model_type != "phi3":
+        return weights
+    lazy = isinstance(weights, LazyWeights)
+    for name in list(weights if not lazy else weights.names()):
+        if not isinstance(name, str):
+            continue
+        for fused, parts in _FUSED.items():
+            if not name.endswith("." + fused):
+                continue
+            prefix = name[:-len(fused)]
+            shape = tuple(weights.shape(name)) if lazy else tuple(np.asarray(weights[name]).shape)
+            rows = _fused_rows(cfg, fused)
+            if len(shape) != 2 or shape[0] != rows[-1][1]:
+                raise ValueError(f"mojolearn: {getattr(weights, 'source', 'weights')}: tensor "
+                                 f"{name!r} has shape {shape}; the config stacks "
+                                 f"{rows[-1][1]} rows ({', '.join(parts)})")
+            twice = [prefix + p for p in parts if prefix + p in weights]
+            if twice:
+                raise ValueError(f"mojolearn: {getattr(weights, 'source', 'weights')}: both "
+                                 f"{name!r} and {twice[0]!r} are given; which to use is not "
+                                 f"guessed")
+            if lazy:
+                whole = weights._entries.pop(name)[1]
+                for part_name, (r0, r1) in zip(parts, rows):
+                    weights._entries[prefix + part_name] = _row_entry(
+                        whole, name, r0, r1, (r1 - r0, shape[1]))
+            else:
+                w = weights.pop(name)
+                for part_name, (r0, r1) in zip(parts, rows):
+                    weights[prefix + part_name] = np.ascontiguousarray(np.asarray(w)[r0:r1])
+    return weights
 
 
 def _hf_entries(path) -> dict:
@@ -294,8 +374,13 @@ _GGUF_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
+    "ffn_down": "mlp.down_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "attn_qkv": "self_attn.qkv_proj",
 }
+# llama.cpp writes phi3's stacked gate_up_proj as ffn_up (2 * intermediate rows)
+_GGUF_PHI3 = dict(_GGUF_NAMES, ffn_up="mlp.gate_up_proj")
+GGUF_ARCHS = ("llama", "qwen2", "qwen3", "phi3")
+"""The GGUF ``general.architecture`` values read (llama.cpp writes mistral as llama)."""
 
 
 def _gguf_value(reader, key, default=None):
@@ -319,10 +404,10 @@ def _unpermute(w, n_head):
 
 def gguf_config(reader) -> ModelConfig:
     arch = _gguf_value(reader, "general.architecture")
-    if arch not in ("llama", "qwen2"):
+    if arch not in GGUF_ARCHS:
         raise NotImplementedError(
             f"mojolearn: GGUF general.architecture {arch!r} is not supported; "
-            f"mojolearn.models reads llama and qwen2 GGUF files"
+            f"mojolearn.models reads {', '.join(GGUF_ARCHS)} GGUF files"
         )
     g = lambda k, d=None: _gguf_value(reader, f"{arch}.{k}", d)  # noqa: E731
     scaling = g("rope.scaling.type")
@@ -331,11 +416,19 @@ def gguf_config(reader) -> ModelConfig:
             f"mojolearn: GGUF {arch}.rope.scaling.type = {scaling!r} is refused: RoPE "
             f"scaling is not computed"
         )
+    names = {t.name for t in reader.tensors}
+    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names \
+            or "rope_freqs.weight" in names:
+        raise NotImplementedError(
+            f"mojolearn: GGUF file holds RoPE frequency factors (rope_factors_* / "
+            f"rope_freqs): scaled RoPE (longrope, llama3) is refused, not computed"
+        )
     heads = int(g("attention.head_count"))
+    hidden = int(g("embedding_length"))
     d = {
         "model_type": arch,
         "vocab_size": None,
-        "hidden_size": int(g("embedding_length")),
+        "hidden_size": hidden,
         "intermediate_size": int(g("feed_forward_length")),
         "num_hidden_layers": int(g("block_count")),
         "num_attention_heads": heads,
@@ -345,13 +438,37 @@ def gguf_config(reader) -> ModelConfig:
         "max_position_embeddings": int(g("context_length", 2048)),
     }
     rd = g("rope.dimension_count")
-    if rd is not None and int(rd) != d["hidden_size"] // heads:
-        d["head_dim"] = int(rd)
-    names = {t.name for t in reader.tensors}
+    kl = g("attention.key_length")
+    if arch == "phi3":
+        # head_dim is hidden / heads; rope.dimension_count is the rotated part of a head
+        hd = hidden // heads if heads else 0
+        window = g("attention.sliding_window")
+        if window is not None and int(window) > 0:
+            d["sliding_window"] = int(window)
+    else:
+        hd = int(kl) if kl is not None else (int(rd) if rd is not None else None)
+        if hd is not None and hd != (hidden // heads if heads else 0):
+            d["head_dim"] = hd
+        elif arch == "qwen3":
+            d["head_dim"] = hidden // heads
+        hd = d.get("head_dim", hidden // heads if heads else 0)
+        if rd is not None and int(rd) != hd:
+            raise NotImplementedError(
+                f"mojolearn: GGUF {arch}.rope.dimension_count = {int(rd)} with heads of "
+                f"{hd}: rotary on part of a head is computed for phi3 only")
     d["tie_word_embeddings"] = "output.weight" not in names
     emb = next(t for t in reader.tensors if t.name == "token_embd.weight")
     d["vocab_size"] = int(_gguf_value(reader, f"{arch}.vocab_size", emb.shape[-1]))
-    return ModelConfig.from_dict(d)
+    cfg = ModelConfig.from_dict(d)
+    if arch == "phi3" and rd is not None and int(rd) != cfg.head_dim:
+        rot = int(rd)
+        if rot <= 0 or rot % 2 or rot > cfg.head_dim:
+            raise NotImplementedError(
+                f"mojolearn: GGUF phi3.rope.dimension_count = {rot} with heads of "
+                f"{cfg.head_dim}: the rotated part of a head must be a positive even count "
+                f"<= head_dim")
+        cfg = dataclasses.replace(cfg, rotary_dim=rot)
+    return cfg
 
 
 def read_gguf(path, lazy=False):
@@ -377,10 +494,11 @@ def read_gguf(path, lazy=False):
     # objects for SmolLM2-135M that would otherwise live as long as the tensors' readers
     reader.fields.clear()
     entries = {}
+    names = _GGUF_PHI3 if cfg.model_type == "phi3" else _GGUF_NAMES
     for t in reader.tensors:
         parts = t.name.split(".")
         if parts[0] == "blk":
-            kind = _GGUF_NAMES.get(parts[2])
+            kind = names.get(parts[2])
             if kind is None:
                 continue
             name = f"model.layers.{parts[1]}.{kind}.{parts[-1]}"
@@ -392,11 +510,15 @@ def read_gguf(path, lazy=False):
             name = "lm_head.weight"
         else:
             continue
-        heads = (cfg.num_attention_heads if kind_is(parts, "attn_q") else
-                 cfg.num_key_value_heads if kind_is(parts, "attn_k") else None)
+        # llama.cpp interleaves the q/k rows of llama-architecture files only (its
+        # LlamaModel converter; qwen2 / qwen3 / phi3 are written as they are)
+        heads = None
+        if cfg.model_type in ("llama", "mistral") and parts[-1] == "weight":
+            heads = (cfg.num_attention_heads if kind_is(parts, "attn_q") else
+                     cfg.num_key_value_heads if kind_is(parts, "attn_k") else None)
         shape = tuple(int(v) for v in reversed(t.shape)) if len(t.shape) > 1 else (int(t.shape[0]),)
         entries[name] = (shape, _gguf_reader(gguf, reader, t, path, heads))
-    weights = LazyWeights(entries, f"model {os.fspath(path)!r}")
+    weights = split_fused(cfg, LazyWeights(entries, f"model {os.fspath(path)!r}"))
     return cfg, (weights if lazy else weights.load_all())
 
 
@@ -494,6 +616,8 @@ def _expected(cfg: ModelConfig):
         if cfg.qkv_bias:
             shapes.update({p + "self_attn.q_proj.bias": (nq,), p + "self_attn.k_proj.bias": (nk,),
                            p + "self_attn.v_proj.bias": (nk,)})
+        if cfg.qk_norm:
+            shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
         yield from shapes.items()
 
 

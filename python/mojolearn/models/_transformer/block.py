@@ -19,6 +19,7 @@ _BLOCK_TENSORS = ("input_layernorm.weight", "post_attention_layernorm.weight",
                   "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
                   "mlp.down_proj.weight")
 _BIAS_TENSORS = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
+_QK_NORM_TENSORS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
 
 
 def check_weight_format(weight_format):
@@ -32,15 +33,25 @@ def check_weight_format(weight_format):
     return weight_format
 
 
-def check_max_positions(max_positions, default):
+def check_max_positions(max_positions, default, window=None):
+    """The positions a model computes: max_positions, or by default the config's up to
+    M-7's bound and the checkpoint's attention window (a model whose keys all lie inside
+    its window computes what the windowed model does; past it, the window would mask
+    keys, which is not computed: refused by name)."""
     if max_positions is None:
-        return min(default, MAX_POSITIONS)
+        return min(default, MAX_POSITIONS, window or MAX_POSITIONS)
     if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions <= 0:
         raise ValueError(f"mojolearn: max_positions must be a positive int, got {max_positions!r}")
     if max_positions > MAX_POSITIONS:
         raise ValueError(
             f"mojolearn: max_positions={max_positions} is refused: the RoPE rule (M-7) "
             f"computes angles below {MAX_POSITIONS} only; pass max_positions <= {MAX_POSITIONS}"
+        )
+    if window is not None and max_positions > window:
+        raise NotImplementedError(
+            f"mojolearn: max_positions={max_positions} is refused: the checkpoint's "
+            f"sliding_window is {window}, and past it the window masks keys, which is not "
+            f"computed; pass max_positions <= {window}"
         )
     return max_positions
 
@@ -141,8 +152,9 @@ class Layer:
     """The prepared weights of one block and its forward over a cache slice."""
 
     def __init__(self, get, prefix, *, n_heads, n_kv_heads, head_dim, eps, profile,
-                 weight_format, qkv_bias, numeric_mode="identical"):
+                 weight_format, qkv_bias, numeric_mode="identical", qk_norm=False, rot_dim=None):
         self.nh, self.kvh, self.hd = n_heads, n_kv_heads, head_dim
+        self.rot = head_dim if rot_dim is None else rot_dim
         self.eps_bits = K.f32_bits(eps)
         self.fixed15 = profile == "fixed15_v1"
         p = prefix
@@ -165,6 +177,10 @@ class Layer:
         self.ff = self.gu.n // 2
         self.down = Proj(np.ascontiguousarray(get(p + "mlp.down_proj.weight")), profile, weight_format,
                          numeric_mode)
+        self.qn = self.kn = None
+        if qk_norm:
+            self.qn = np.ascontiguousarray(get(p + "self_attn.q_norm.weight"))
+            self.kn = np.ascontiguousarray(get(p + "self_attn.k_norm.weight"))
 
     def nbytes(self):
         return sum(self.held().values())
@@ -172,7 +188,8 @@ class Layer:
     def held(self) -> dict:
         """Bytes held by format: {"float32": norms and bias, <the projections' format>: ...}."""
         out = {"float32": self.ln1.nbytes + self.ln2.nbytes
-               + (self.bias.nbytes if self.bias is not None else 0)}
+               + (self.bias.nbytes if self.bias is not None else 0)
+               + (self.qn.nbytes + self.kn.nbytes if self.qn is not None else 0)}
         for p in (self.qkv, self.o, self.gu, self.down):
             out[p.format] = out.get(p.format, 0) + p.nbytes()
         return out
@@ -182,6 +199,13 @@ class Layer:
         nq = self.nh * self.hd
         return K.attention(q, nq, kt, vc, np.empty((B * L, nq), dtype=np.float32), B, L,
                            self.nh, self.kvh, self.hd, pos0, tmax, self.fixed15)
+
+    def _head_norm(self, part, heads, w):
+        """M-33: the rows (rows, heads * hd) of a product, each head normalized by M-4 with
+        weight w (hd,) and the model's eps; a new (rows, heads * hd) array."""
+        rows = part.shape[0]
+        x = np.ascontiguousarray(part).reshape(rows * heads, self.hd)
+        return K.rmsnorm(x, w, self.eps_bits, np.empty_like(x)).reshape(rows, heads * self.hd)
 
     def forward(self, x, B, L, pos0, kt, vc, rope):
         """x (B*L, d) float32, updated in place (the residual stream). kt/vc: this
@@ -198,9 +222,16 @@ class Layer:
             K.add(qkv, self.bias, qkv)
         ld = qkv.shape[1]
         q = np.empty((rows, nq), dtype=np.float32)
-        K.rope(qkv, 0, ld, q, nq, hd, self.nh, hd, cos, sin, pos0, L, rows)
-        K.rope(qkv, nq, ld, kt, 0, 0, self.kvh, hd, cos, sin, pos0, L, rows,
-               transposed=True, tmax=tmax)
+        qs, q0, lq, ks, k0, lk = qkv, 0, ld, qkv, nq, ld
+        if self.qn is not None:
+            # M-33: each head's q and k RMS-normalized over head_dim (rows of hd: the
+            # heads are copied out of the product, then normalized), before RoPE
+            qs = self._head_norm(qkv[:, :nq], self.nh, self.qn)
+            ks = self._head_norm(qkv[:, nq:nq + nk], self.kvh, self.kn)
+            q0, lq, k0, lk = 0, nq, 0, nk
+        K.rope(qs, q0, lq, q, nq, hd, self.nh, hd, cos, sin, pos0, L, rows, rot_dim=self.rot)
+        K.rope(ks, k0, lk, kt, 0, 0, self.kvh, hd, cos, sin, pos0, L, rows,
+               transposed=True, tmax=tmax, rot_dim=self.rot)
         vc[:, :, pos0:pos0 + L, :] = qkv[:, nq + nk:].reshape(B, L, self.kvh, hd).transpose(0, 2, 1, 3)
         ctx = self._attention(q, kt, vc, B, L, pos0, tmax)
         K.add(x, self.o(ctx), x)
@@ -216,7 +247,11 @@ class TransformerBlock:
 
     ``weights``: dict with ``input_layernorm.weight``, ``post_attention_layernorm.weight``,
     ``self_attn.{q,k,v,o}_proj.weight``, ``mlp.{gate,up,down}_proj.weight`` (float32,
-    stored (out, in)), and ``self_attn.{q,k,v}_proj.bias`` when ``qkv_bias``.
+    stored (out, in)), ``self_attn.{q,k,v}_proj.bias`` when ``qkv_bias`` (qwen2) and
+    ``self_attn.{q,k}_norm.weight`` (head_dim each) when ``qk_norm`` (qwen3: q and k
+    RMS-normalized per head before RoPE). ``rotary_dim`` (default head_dim; even, <=
+    head_dim): the leading elements of each head that RoPE rotates (phi3's partial
+    rotary), the rest pass unrotated.
     A call naming no profile gets ``fp32_v1`` even when the process inference default
     is ``fixed15_v1`` (that default reaches the ``transformer`` family only).
     ``numeric_mode`` (default: the process mode) is the promise its products keep.
@@ -227,7 +262,8 @@ class TransformerBlock:
 
     def __init__(self, weights, *, n_heads, n_kv_heads=None, head_dim=None, rms_norm_eps=1e-6,
                  rope_theta=10000.0, max_positions=2048, qkv_bias=False, weight_format="float32",
-                 numeric_profile=None, numeric_mode=None, device=None, _device_backend=None):
+                 numeric_profile=None, numeric_mode=None, device=None, _device_backend=None,
+                 qk_norm=False, rotary_dim=None):
         from .._base.inputs import count, flag, positive_number
         from .._exec.device import resolve
 
@@ -247,11 +283,17 @@ class TransformerBlock:
         rms_norm_eps = positive_number(rms_norm_eps, f"{f}: rms_norm_eps")
         rope_theta = positive_number(rope_theta, f"{f}: rope_theta")
         qkv_bias = flag(qkv_bias, f"{f}: qkv_bias")
-        known = set(_BLOCK_TENSORS) | (set(_BIAS_TENSORS) if qkv_bias else set())
+        qk_norm = flag(qk_norm, f"{f}: qk_norm")
+        if rotary_dim is not None:
+            rotary_dim = count(rotary_dim, f"{f}: rotary_dim")
+        known = (set(_BLOCK_TENSORS) | (set(_BIAS_TENSORS) if qkv_bias else set())
+                 | (set(_QK_NORM_TENSORS) if qk_norm else set()))
         for name in weights:
             if name not in known:
                 extra = (" (a bias is read only with qkv_bias=True)"
-                         if name in _BIAS_TENSORS else "")
+                         if name in _BIAS_TENSORS else
+                         " (q/k norms are read only with qk_norm=True)"
+                         if name in _QK_NORM_TENSORS else "")
                 raise ValueError(f"mojolearn: {f}: weights hold {name!r}, which this block "
                                  f"does not read{extra}; it reads {sorted(known)}; nothing is "
                                  f"dropped silently")
@@ -275,7 +317,13 @@ class TransformerBlock:
         if head_dim % 2 or head_dim > 1024 or n_heads % n_kv_heads:
             raise ValueError(f"mojolearn: {f}: head_dim {head_dim} must be even and <= 1024 and "
                              f"n_heads {n_heads} a multiple of n_kv_heads {n_kv_heads}")
+        if rotary_dim is None:
+            rotary_dim = head_dim
+        if rotary_dim % 2 or rotary_dim > head_dim:
+            raise ValueError(f"mojolearn: {f}: rotary_dim {rotary_dim} must be even and <= "
+                             f"head_dim {head_dim}")
         self.d, self.n_heads, self.n_kv_heads, self.head_dim = d, n_heads, n_kv_heads, head_dim
+        self.rotary_dim = rotary_dim
         self.max_positions = check_max_positions(max_positions, 2048)
         nq, nk = n_heads * head_dim, n_kv_heads * head_dim
         gate = get("mlp.gate_proj.weight")
@@ -291,6 +339,8 @@ class TransformerBlock:
         if qkv_bias:
             want.update({"self_attn.q_proj.bias": (nq,), "self_attn.k_proj.bias": (nk,),
                          "self_attn.v_proj.bias": (nk,)})
+        if qk_norm:
+            want.update({n: (head_dim,) for n in _QK_NORM_TENSORS})
         for name, shape in want.items():
             if tuple(get(name).shape) != shape:
                 raise ValueError(f"mojolearn: {f}: {name!r} has shape "
@@ -303,13 +353,13 @@ class TransformerBlock:
                                  head_dim=head_dim, intermediate=ff, eps=rms_norm_eps,
                                  rope_theta=rope_theta, max_positions=self.max_positions,
                                  profile=self.numeric_profile, weight_format=weight_format,
-                                 qkv_bias=qkv_bias)
+                                 qkv_bias=qkv_bias, qk_norm=qk_norm, rotary_dim=rotary_dim)
             return
         self._layer = Layer(get, "", n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                             eps=rms_norm_eps, profile=self.numeric_profile,
                             weight_format=weight_format, qkv_bias=qkv_bias,
-                            numeric_mode=self.numeric_mode)
-        self._rope = K.rope_table(self.max_positions, head_dim, K.f32_bits(rope_theta))
+                            numeric_mode=self.numeric_mode, qk_norm=qk_norm, rot_dim=rotary_dim)
+        self._rope = K.rope_table(self.max_positions, rotary_dim, K.f32_bits(rope_theta))
 
     def __call__(self, x):
         return self.forward(x)

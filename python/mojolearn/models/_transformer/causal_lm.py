@@ -15,7 +15,7 @@ from .._base.state import GenerationState
 from .block import Layer, Proj, check_max_positions, check_weight_format
 from .._exec.device import resolve as _resolve_device
 from .._base.config import ModelConfig
-from .._load.loader import LazyWeights, check_weights, read_model
+from .._load.loader import LazyWeights, check_weights, read_model, split_fused
 
 
 # the metadata save_state writes beside the profile's field (resume checks each)
@@ -77,9 +77,11 @@ class CausalLM:
         if not isinstance(source, str):
             raise TypeError(f"mojolearn: CausalLM: source must be a str, got {type(source).__name__}")
         self.config = cfg = config
-        self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings)
+        self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings,
+                                                 cfg.sliding_window)
         if not _owned and not isinstance(weights, LazyWeights):
             weights = dict(weights)  # the tensors are taken from a copy: the caller's dict stays whole
+        weights = split_fused(cfg, weights)  # phi3's stacked q/k/v and gate/up: their rows
         for name in weights:
             if not isinstance(name, str):
                 raise TypeError(f"mojolearn: {source}: weight names must be str, got "
@@ -145,9 +147,9 @@ class CausalLM:
                 n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, eps=cfg.rms_norm_eps,
                 profile=self.numeric_profile, weight_format=self.weight_format,
                 numeric_mode=self.numeric_mode,
-                qkv_bias=cfg.qkv_bias))
+                qkv_bias=cfg.qkv_bias, qk_norm=cfg.qk_norm, rot_dim=cfg.rotary_dim))
         self.eps_bits = K.f32_bits(cfg.rms_norm_eps)
-        self._rope = K.rope_table(self.max_positions, cfg.head_dim, K.f32_bits(cfg.rope_theta))
+        self._rope = K.rope_table(self.max_positions, cfg.rotary_dim, K.f32_bits(cfg.rope_theta))
 
     # ------------------------------------------------------------------ loading
     @classmethod

@@ -364,6 +364,11 @@ class _TensorLayer(Layer):
         p = prefix
         hd = cfg.head_dim
         self.hd = hd
+        self.rot = cfg.rotary_dim
+        self.qn = self.kn = None
+        if cfg.qk_norm:  # one weight of head_dim each, shared by every head (M-33)
+            self.qn = np.ascontiguousarray(_part(weights, p + "self_attn.q_norm.weight"))
+            self.kn = np.ascontiguousarray(_part(weights, p + "self_attn.k_norm.weight"))
         self.h0, self.h1 = plan.heads[t]
         self.kv0, self.kv1 = plan.kv[t]
         self.group = plan.group
@@ -528,7 +533,8 @@ class ParallelCausalLM:
         cfg, weights = read_model(path, lazy=True)
         self.config = cfg
         self.path = os.fspath(path)
-        self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings)
+        self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings,
+                                                 cfg.sliding_window)
         plan = _Plan(cfg, layout, world, tensor_size, profile, mode)
         self.plan = plan
         self.tensor_size, self.pipeline_size = plan.T, plan.S
@@ -575,12 +581,12 @@ class ParallelCausalLM:
                     lambda n: np.asarray(weights[n]), p, n_heads=cfg.num_attention_heads,
                     n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
                     eps=cfg.rms_norm_eps, profile=prof, weight_format=fmt, numeric_mode=mode,
-                    qkv_bias=cfg.qkv_bias))
+                    qkv_bias=cfg.qkv_bias, qk_norm=cfg.qk_norm, rot_dim=cfg.rotary_dim))
             else:
                 self.layers.append(_TensorLayer(weights, p, cfg, plan, t, prof, fmt, mode, self.comm))
         self.kv_range = plan.kv[t] if plan.T > 1 else (0, cfg.num_key_value_heads)
         self.eps_bits = K.f32_bits(cfg.rms_norm_eps)
-        self._rope = K.rope_table(self.max_positions, cfg.head_dim, K.f32_bits(cfg.rope_theta))
+        self._rope = K.rope_table(self.max_positions, cfg.rotary_dim, K.f32_bits(cfg.rope_theta))
 
     def held(self) -> dict:
         """Bytes this rank holds, by format (as CausalLM.held)."""
