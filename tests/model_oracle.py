@@ -235,18 +235,32 @@ def materialize(w, weight_format):
     return O.dequantize_int8(codes, exps)
 
 
+def rope_partial(x, cos, sin, positions, rot):
+    """M-34: the first rot elements of each row rotated by M-10 (a table of rot / 2
+    columns), the rest copied (flushed)."""
+    out = ftz(a32(x)).copy()
+    out[:, :rot] = rope(ftz(x[:, :rot]), cos, sin, positions)
+    return out
+
+
 def forward(weights, cfg, ids, profile="fp32_v1", weight_format="float32"):
-    """Logits (batch, length, vocab) of a Llama-family model (qwen2 adds q/k/v bias)."""
+    """Logits (batch, length, vocab) of a Llama-family model (qwen2 adds q/k/v bias; qwen3
+    per-head q/k RMSNorm, M-33; phi3 stacked q/k/v and gate/up products and rotary on
+    part of each head, M-34)."""
     ids = np.asarray(ids)
     B, L = ids.shape
     d = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
     kvh = cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim") or d // nh
+    mt = cfg["model_type"]
+    hd = cfg.get("head_dim") or (128 if mt == "qwen3" else d // nh)
+    prf = cfg.get("partial_rotary_factor", 1.0) if mt == "phi3" else 1.0
+    rot = int(hd * prf)
     eps = F(cfg["rms_norm_eps"])
-    cos, sin = rope_table(L, hd, F(cfg["rope_theta"]))
+    cos, sin = rope_table(L, rot, F(cfg["rope_theta"]))
     W = {k: a32(v) for k, v in weights.items()}
-    proj_names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    proj_names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                  "qkv_proj", "gate_up_proj")
     for k in list(W):
         if k.split(".")[-2] in proj_names and k.endswith(".weight"):
             W[k] = materialize(W[k], weight_format)
@@ -255,27 +269,39 @@ def forward(weights, cfg, ids, profile="fp32_v1", weight_format="float32"):
     for li in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{li}."
         h = rmsnorm(x, W[p + "input_layernorm.weight"], eps)
-        q = proj(h, W[p + "self_attn.q_proj.weight"], profile)
-        k = proj(h, W[p + "self_attn.k_proj.weight"], profile)
-        v = proj(h, W[p + "self_attn.v_proj.weight"], profile)
+        if p + "self_attn.qkv_proj.weight" in W:  # one product of the stacked weight, sliced
+            qkv = proj(h, W[p + "self_attn.qkv_proj.weight"], profile)
+            q, k, v = qkv[:, :nh * hd], qkv[:, nh * hd:(nh + kvh) * hd], qkv[:, (nh + kvh) * hd:]
+        else:
+            q = proj(h, W[p + "self_attn.q_proj.weight"], profile)
+            k = proj(h, W[p + "self_attn.k_proj.weight"], profile)
+            v = proj(h, W[p + "self_attn.v_proj.weight"], profile)
         if p + "self_attn.q_proj.bias" in W:
             q = add(q, W[p + "self_attn.q_proj.bias"][None, :])
             k = add(k, W[p + "self_attn.k_proj.bias"][None, :])
             v = add(v, W[p + "self_attn.v_proj.bias"][None, :])
+        if p + "self_attn.q_norm.weight" in W:  # M-33: M-4 over each head's hd values
+            q = rmsnorm(q.reshape(-1, hd), W[p + "self_attn.q_norm.weight"], eps).reshape(q.shape)
+            k = rmsnorm(k.reshape(-1, hd), W[p + "self_attn.k_norm.weight"], eps).reshape(k.shape)
         ctx = np.empty((B * L, nh * hd), dtype=np.float32)
         for b in range(B):
             rows = slice(b * L, (b + 1) * L)
             for hh in range(nh):
                 g = hh // (nh // kvh)
-                qh = rope(q[rows, hh * hd:(hh + 1) * hd], cos, sin, pos[rows])
-                kh = rope(k[rows, g * hd:(g + 1) * hd], cos, sin, pos[rows])
+                qh = rope_partial(q[rows, hh * hd:(hh + 1) * hd], cos, sin, pos[rows], rot)
+                kh = rope_partial(k[rows, g * hd:(g + 1) * hd], cos, sin, pos[rows], rot)
                 vh = v[rows, g * hd:(g + 1) * hd]
                 ctx[rows, hh * hd:(hh + 1) * hd] = attention(qh, kh, vh, 0, profile, hd)
         o = proj(ctx, W[p + "self_attn.o_proj.weight"], profile)
         x = add(x, o)
         h2 = rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
-        gg = proj(h2, W[p + "mlp.gate_proj.weight"], profile)
-        uu = proj(h2, W[p + "mlp.up_proj.weight"], profile)
+        if p + "mlp.gate_up_proj.weight" in W:
+            gu = proj(h2, W[p + "mlp.gate_up_proj.weight"], profile)
+            ff = gu.shape[1] // 2
+            gg, uu = gu[:, :ff], gu[:, ff:]
+        else:
+            gg = proj(h2, W[p + "mlp.gate_proj.weight"], profile)
+            uu = proj(h2, W[p + "mlp.up_proj.weight"], profile)
         dn = proj(silu_mul(gg, uu), W[p + "mlp.down_proj.weight"], profile)
         x = add(x, dn)
     h = rmsnorm(x, W["model.norm.weight"], eps)

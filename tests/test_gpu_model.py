@@ -4,7 +4,7 @@
 entries, i.e. the device kernels' own per-thread bodies under IEEE mode), and every
 logit, cached key and value, and chosen token must be the CPU CausalLM's, bit for bit:
 fp32_v1 and fixed15_v1, float32 / bfloat16 / int8 weights, tied and untied heads,
-GQA, qkv bias, head_dim 16 / 24 / 32, batch 1 and 3, prompts of different lengths,
+GQA, qkv bias, qwen3's q/k norms, phi3's partial rotary, head_dim 16 / 24 / 32, batch 1 and 3, prompts of different lengths,
 prefill then steps, greedy and sampled generation, states saved on one side and
 resumed on the other. The new bodies (gather, value-cache append, sampling, argmax)
 are checked against numpy oracles on edge values; the refusals by name; the program
@@ -38,6 +38,12 @@ SHAPES = {
     # qwen2's q/k/v bias, head_dim 32
     "qwen2_hd32": dict(TINY, model_type="qwen2", hidden_size=64, num_attention_heads=2,
                        num_key_value_heads=2, intermediate_size=72),
+    # qwen3's per-head q/k RMSNorm (M-33), head_dim 16 apart from hidden / heads
+    "qwen3_hd16": dict(TINY, model_type="qwen3", hidden_size=48, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, intermediate_size=72),
+    # phi3's stacked weights and rotary on 12 of 16 (M-34)
+    "phi3_rot12": dict(TINY, model_type="phi3", hidden_size=64, num_attention_heads=4,
+                       num_key_value_heads=2, partial_rotary_factor=0.75, intermediate_size=72),
 }
 FORMATS = ["float32", "bfloat16", "int8"]
 PROFILES = ["fp32_v1", "fixed15_v1"]

@@ -21,7 +21,8 @@ TINY = dict(model_type="llama", vocab_size=61, hidden_size=48, intermediate_size
 def tiny_weights(cfg, seed=0, scale=0.2):
     rng = np.random.default_rng(seed)
     d, ff = cfg["hidden_size"], cfg["intermediate_size"]
-    hd = cfg.get("head_dim") or d // cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or (128 if cfg["model_type"] == "qwen3" else
+                                 d // cfg["num_attention_heads"])
     nq, nk = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     f = lambda *s: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
     w = {"model.embed_tokens.weight": f(cfg["vocab_size"], d),
@@ -39,6 +40,14 @@ def tiny_weights(cfg, seed=0, scale=0.2):
         if cfg["model_type"] == "qwen2":
             w.update({p + "self_attn.q_proj.bias": f(nq), p + "self_attn.k_proj.bias": f(nk),
                       p + "self_attn.v_proj.bias": f(nk)})
+        if cfg["model_type"] == "qwen3":
+            w.update({p + "self_attn.q_norm.weight": (1 + f(hd)).astype(np.float32),
+                      p + "self_attn.k_norm.weight": (1 + f(hd)).astype(np.float32)})
+        if cfg["model_type"] == "phi3":  # stored stacked, as Phi-3 checkpoints are
+            w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [w.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+            w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")])
     return w
 
 

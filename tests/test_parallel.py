@@ -31,12 +31,24 @@ QWEN = dict(model_type="qwen2", vocab_size=53, hidden_size=64, intermediate_size
             tie_word_embeddings=True, hidden_act="silu")
 
 
+# qwen3: per-head q/k norms (M-33), 8 heads of 64 over 2 on a hidden size of 160
+# (o_proj's k = 512: 4 leaves; MLP of 384: 3)
+QWEN3 = dict(GQA, model_type="qwen3", hidden_size=160, rms_norm_eps=1e-6)
+# phi3: stacked qkv / gate_up split by heads and columns across ranks, rotary on 24 of 32;
+# 12 heads of 32 over 3 (o_proj's k = 384: 3 leaves)
+PHI3 = dict(GQA, model_type="phi3", hidden_size=384, num_attention_heads=12,
+            num_key_value_heads=3, partial_rotary_factor=0.75, sliding_window=64)
+PHI3.pop("head_dim")
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("parallel")
     return {"gqa": write_model(d / "gqa", dict(GQA), tiny_weights(GQA, seed=3)),
             "gqa2": write_model(d / "gqa2", dict(GQA), tiny_weights(GQA, seed=5)),
-            "qwen": write_model(d / "qwen", dict(QWEN), tiny_weights(QWEN, seed=4))}
+            "qwen": write_model(d / "qwen", dict(QWEN), tiny_weights(QWEN, seed=4)),
+            "qwen3": write_model(d / "qwen3", dict(QWEN3), tiny_weights(QWEN3, seed=6)),
+            "phi3": write_model(d / "phi3", dict(PHI3), tiny_weights(PHI3, seed=7))}
 
 
 def torchrun(nproc, spec, tmp_path, timeout=900):
@@ -90,6 +102,19 @@ def test_three_ranks(models, tmp_path):
     cs = cases(models["gqa"], ("tensor",), ("fp32_v1", "fixed15_v1"), ("float32", "bfloat16", "int8"))
     cs += cases(models["gqa"], ("pipeline",), ("fp32_v1", "fixed15_v1"), ("int8",))
     check_bits(torchrun(3, {"mode": "bits", "cases": cs}, tmp_path), len(cs), 3)
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_qwen3_and_phi3_ranks(models, tmp_path, nproc):
+    """M-33 M-34 with 6.7: qwen3 (q/k norms on every rank's heads) and phi3 (its stacked
+    qkv / gate_up read as row blocks, split by heads and MLP columns; rotary on 24 of 32)
+    on 2 and 3 ranks, tensor layout, both profiles; and pipeline on 2: CausalLM's bits."""
+    cs = cases(models["qwen3"], ("tensor",), ("fp32_v1", "fixed15_v1"), ("float32", "int8"))
+    cs += cases(models["phi3"], ("tensor",), ("fp32_v1", "fixed15_v1"), ("float32", "bfloat16"))
+    if nproc == 2:
+        cs += cases(models["phi3"], ("pipeline",), ("fp32_v1",), ("int8",))
+        cs += cases(models["qwen3"], ("pipeline",), ("fixed15_v1",), ("float32",))
+    check_bits(torchrun(nproc, {"mode": "bits", "cases": cs}, tmp_path), len(cs), nproc)
 
 
 @pytest.mark.slow

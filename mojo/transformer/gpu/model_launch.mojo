@@ -138,8 +138,7 @@ def run_op(ctx: DeviceContext, op: Int, a: List[Int], at: Int) raises:
                 grid_dim=blocks_1d(npos * (hd // 2)), block_dim=B1,
             )
     elif op == OP_ROPE:
-        # (src, lds, dst, ldd, dhs, n_heads, head_dim, cos, sin, pos0, length, rows, transposed, tmax,
-        #  rot_dim)
+        # (src, lds, dst, ldd, dhs, n_heads, head_dim, cos, sin, pos0, length, rows, transposed, tmax, rot_dim)
         var nh = a[at + 5]
         var hd = a[at + 6]
         var rows = a[at + 11]
