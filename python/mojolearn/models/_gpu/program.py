@@ -21,7 +21,8 @@ WHAT LIVES ON THE DEVICE
     state saved from either side is the same file.
 
 THE PROGRAM (one per call; the CPU model's Layer.forward, op for op)
-    gather -> per layer: rmsnorm; q/k/v product (+ bias add); RoPE of q; RoPE of k into
+    gather -> per layer: rmsnorm; q/k/v product (+ bias add; qwen3: q and k copied out
+    by an add of -0 and RMS-normalized per head, M-33); RoPE of q; RoPE of k into
     the key cache; values into the value cache; attention over the cache (scores,
     mask, softmax, P.V); o product; residual add; rmsnorm; gate/up product; SiLU gate
     product; down product; residual add -> (the last row of each sequence for step) ->
