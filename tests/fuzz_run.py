@@ -204,6 +204,25 @@ def failures(results, crashes) -> list:
     return out
 
 
+def memory_check(n, echo=print):
+    """Resident memory over n small calls of each product entry (tests/memory_run.py, a
+    fresh process): more than 1 MiB of growth after the 10^4 warm-up calls is a
+    failure (a native leak per call)."""
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "memory_run.py"), str(n)],
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        return [f"memory check: the run failed: {r.stderr[-2000:]}"]
+    out = []
+    for line in r.stdout.splitlines():
+        row = json.loads(line)
+        grown = row["rss_after"] - row["rss_warm"]
+        echo(f"memory: {row['entry']}: {n} calls, RSS {row['rss_warm']:.2f} -> "
+             f"{row['rss_after']:.2f} MiB")
+        if grown >= 1.0:
+            out.append(f"memory check: {row['entry']} grew {grown:.2f} MiB over {n} calls")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=int, default=int(os.environ.get("FUZZ_EXAMPLES", 400)))
@@ -233,6 +252,8 @@ def main(argv=None):
                            timeout=max(600, 2 * args.examples), echo=print)
     print(report(results))
     bad = failures(results, crashes)
+    if not entries:
+        bad += memory_check(10 ** 6, echo=print)
     for b in bad:
         print("FAIL", b)
     print(f"fuzz: {sum(s.get('cases', 0) for s in results.values())} cases, "

@@ -176,6 +176,18 @@ def test_shapes_that_cannot_split_are_refused():
         _Plan(g, "tensor", 2, 1, "fp32_v1", "identical")
 
 
+@pytest.mark.parametrize("timeout", [0, 1e-7, 0.0009, -1, float("inf"), float("nan"), 10 ** 30,
+                                     1e30, 365 * 86400 + 1, True, "5"])
+def test_timeouts_outside_what_the_groups_keep_are_refused(models, timeout):
+    """Issue 43 item 10: a timeout below a millisecond (torch.distributed would keep 0 and
+    wait forever), infinite, NaN or past a year (a bare OverflowError before) is refused
+    by name before any group is made."""
+    from mojolearn.models import ParallelCausalLM
+
+    with pytest.raises(ValueError, match=r"timeout must be (a finite number|a number)"):
+        ParallelCausalLM.load(models["gqa"], timeout=timeout)
+
+
 def test_load_needs_a_process_group(models):
     """Outside a torch.distributed process group load is refused by name (torchrun)."""
     from mojolearn.models import ParallelCausalLM

@@ -48,7 +48,8 @@ call's workspace size and its blocks always agree. No block size can change a bi
 """
 from std.sys import simd_width_of
 from std.sys.info import CompilationTarget
-from std.ffi import _Global
+from std.ffi import external_call, _get_global_or_null
+from std.memory.alloc import unsafe_alloc
 from common.fpstate import EXPLICIT_FLUSH
 
 # ---------------------------------------------------------------- fp32.v1 / bf16f32.v1
@@ -186,16 +187,31 @@ def reference_plan() -> CachePlan:
 
 
 def cache_plan() raises -> CachePlan:
-    """This process's plan (the reference plan until set_cache_plan is called)."""
-    return _Global[PLAN_GLOBAL, reference_plan].get_or_create_ptr()[]
+    """This process's plan (the reference plan until set_cache_plan is called). Read
+    on every product call with a lookup that allocates nothing (the runtime's
+    get-or-create lookup of a named global kept about 66 bytes per call: a long decode
+    loop's resident memory grew without bound)."""
+    var got = _get_global_or_null(PLAN_GLOBAL)
+    if got:
+        return got.value().unsafe_bitcast[CachePlan]()[]
+    return reference_plan()
 
 
 def set_cache_plan(l1d: Int, l2: Int, l3: Int) raises -> CachePlan:
     """Make this process's plan for the sizes the system reports (0: unknown). Called
     by the loader, under the GIL, before any kernel runs; tests call it to run the
-    kernels on other plans."""
+    kernels on other plans. The plan's one cell is made on the first call and kept
+    for the process; later calls overwrite it."""
     var p = plan_for(l1d, l2, l3, l1d > 0 or l2 > 0 or l3 > 0)
-    _Global[PLAN_GLOBAL, reference_plan].get_or_create_ptr()[] = p
+    var got = _get_global_or_null(PLAN_GLOBAL)
+    if got:
+        got.value().unsafe_bitcast[CachePlan]()[] = p
+    else:
+        var cell = unsafe_alloc[CachePlan](1)
+        cell.unsafe_write(p)
+        external_call["KGEN_CompilerRT_InsertGlobal", NoneType](
+            StringSlice(PLAN_GLOBAL), cell.unsafe_bitcast[NoneType]()
+        )
     return p
 
 

@@ -26,6 +26,9 @@ LAYOUTS = ("pipeline", "tensor", "pipeline+tensor")
 """The ways ParallelCausalLM splits a model over ranks."""
 
 
+TIMEOUT_MIN, TIMEOUT_MAX = 0.001, 365 * 86400.0
+
+
 def _torch_dist():
     try:
         import torch
@@ -512,9 +515,20 @@ class ParallelCausalLM:
         if not isinstance(layout, str) or layout not in LAYOUTS:
             raise ValueError(f"mojolearn: ParallelCausalLM.load: layout={layout!r} is not one of "
                              f"{', '.join(LAYOUTS)}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"mojolearn: ParallelCausalLM.load: timeout must be a positive "
-                             f"number of seconds, got {timeout!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ValueError(f"mojolearn: ParallelCausalLM.load: timeout must be a number of "
+                             f"seconds, got {timeout!r}")
+        # torch.distributed keeps whole milliseconds (below one it waits forever) and a
+        # datetime.timedelta at most 10^9 days: refused by name rather than rounded to 0
+        # or raised as a bare OverflowError
+        try:
+            ok = TIMEOUT_MIN <= float(timeout) <= TIMEOUT_MAX
+        except OverflowError:  # an int past float's range
+            ok = False
+        if not ok:
+            raise ValueError(f"mojolearn: ParallelCausalLM.load: timeout must be a finite "
+                             f"number of seconds in [{TIMEOUT_MIN:g}, {TIMEOUT_MAX:g}] (a "
+                             f"millisecond to a year), got {timeout!r}")
         mode = _modes.resolve(numeric_mode)
         profile = _profiles.resolve(numeric_profile, what="numeric_profile", use="inference",
                                     family="transformer")
