@@ -413,3 +413,46 @@ def test_overwrite_replaces_whole_file_and_keeps_mode(tmp_path):
     assert [x.name for x in tmp_path.iterdir()] == [p.name]
     ck = load(p)
     assert list(ck.weights) == ["new"] and ck.numeric_profile == "fp32_v1"
+
+
+_STATE_SCRIPT = r"""
+import sys, numpy as np
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+from test_models import TINY, tiny_weights, write_model
+from mojolearn.models import CausalLM
+lm = CausalLM.load(write_model(sys.argv[4], dict(TINY), tiny_weights(dict(TINY))),
+                   numeric_profile="fixed15_v1")
+st = lm.allocate_state(1, 8)
+lm.forward(np.array([[1, 2, 3]]), st)
+lm.save_state(sys.argv[1], st)
+"""
+
+
+def test_the_same_state_is_the_same_bytes(tmp_path):
+    """Issue 43 item 12: the same generation state saved by two processes, and ten times
+    by one, is the same file byte for byte (safetensors writes the metadata in its hash
+    map's order, which changed from save to save: 19 distinct files in 20 saves of one
+    state before); a checkpoint with metadata too."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = []
+    for i in range(2):
+        out = tmp_path / f"p{i}.safetensors"
+        r = __import__("subprocess").run(
+            [__import__("sys").executable, "-c", _STATE_SCRIPT, str(out),
+             os.path.join(root, "python"), os.path.join(root, "tests"), str(tmp_path / f"m{i}")],
+            capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        files.append(out.read_bytes())
+    assert files[0] == files[1]
+    meta = json.loads(files[0][8:8 + int.from_bytes(files[0][:8], "little")])["__metadata__"]
+    assert len(meta) >= 4 and list(meta) == sorted(meta)
+    from mojolearn._io import checkpoint as _ck
+
+    seen = set()
+    for i in range(10):
+        p = tmp_path / f"c{i}.safetensors"
+        _ck._save(p, {"w": np.ones((2, 3), np.float32)}, "fixed15_v1",
+                  {f"key{j}": f"value {j}" for j in range(8)})
+        seen.add(p.read_bytes())
+    assert len(seen) == 1
+    assert checkpoint.load(tmp_path / "c0.safetensors").numeric_profile == "fixed15_v1"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import struct
 import os
 import stat
 import tempfile
@@ -256,6 +257,30 @@ def save(path, weights, numeric_profile=None) -> None:
     _save(path, weights, numeric_profile, None)
 
 
+def _sort_metadata(tmp) -> None:
+    """The same file for the same tensors and metadata: safetensors writes the
+    metadata's keys in its hash map's order, which changes from call to call; put them
+    in sorted order in place (the same keys and values, the same length: the header is
+    rewritten over itself, its padding kept)."""
+    with open(tmp, "r+b") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return
+        (n,) = struct.unpack("<Q", head)
+        raw = f.read(n)
+        header = json.loads(raw)
+        meta = header.get("__metadata__")
+        if not isinstance(meta, dict) or list(meta) == sorted(meta):
+            return
+        header["__metadata__"] = {k: meta[k] for k in sorted(meta)}
+        new = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(new) > n:  # pragma: no cover - the library's JSON is as compact as this
+            raise RuntimeError(f"mojolearn: checkpoint.save: the sorted header of {len(new)} "
+                               f"bytes does not fit the {n} written")
+        f.seek(8)
+        f.write(new + b" " * (n - len(new)))
+
+
 def _save(path, weights, numeric_profile, extra) -> None:
     """save, with ``extra`` (str -> str, or None) added to the file's metadata
     beside the profile's field (mojolearn.models' generation states use it)."""
@@ -292,6 +317,7 @@ def _save(path, weights, numeric_profile, extra) -> None:
         except OSError as e:  # e.g. the disk filled part-way
             raise _os_error("save", path, e) from None
         try:
+            _sort_metadata(tmp)
             os.chmod(tmp, mode)  # after writing: the library may recreate the file
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
