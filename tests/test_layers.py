@@ -38,7 +38,7 @@ ORDER = [
     "mojolearn._ops.lowbit", "mojolearn._ops.prepared", "mojolearn._ops.gemm",
     "mojolearn._ops.ksplit",
     # files
-    "mojolearn._io", "mojolearn._io.checkpoint",
+    "mojolearn._io", "mojolearn._io.layout", "mojolearn._io.checkpoint",
     # the public faces of the layers above (re-exports only)
     "mojolearn.linalg", "mojolearn.lowbit", "mojolearn.modes", "mojolearn.profiles",
     "mojolearn.checkpoint",

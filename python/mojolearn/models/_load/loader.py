@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import struct
 
 import numpy as np
 
+from ..._io.layout import LayoutError, read_layout
 from .._base.config import ModelConfig
 from .._exec import kernels as K
 
@@ -107,46 +106,21 @@ def read_safetensors(path) -> dict:
 def _safetensors_entries(path) -> dict:
     """name -> (shape, read()) of one safetensors file: the header is read and every
     tensor's place checked now; read() reads one tensor into a new float32 array."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise _corrupt(path, "shorter than the 8-byte header length")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8 or n > 100 * 1024 * 1024:
-            raise _corrupt(path, f"header of {n} bytes does not fit a file of {size} bytes")
-        try:
-            header = json.loads(f.read(n))
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            raise _corrupt(path, f"header is not JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise _corrupt(path, "header is not a JSON object")
-    base = 8 + n
+    try:
+        layout = read_layout(path)
+    except LayoutError as e:
+        raise _corrupt(path, e.why) from None
     out = {}
     places = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dt, shape, (lo, hi) = t["dtype"], list(t["shape"]), t["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise _corrupt(path, f"tensor {name!r} has a malformed entry {str(t)[:200]}") from None
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                   for v in shape + [lo, hi]):
-            raise _corrupt(path, f"tensor {name!r} has shape {shape} and data_offsets "
-                                 f"{[lo, hi]}: not non-negative ints")
+    for name, t in layout.tensors.items():
+        dt, shape = t.dtype, list(t.shape)
         if dt not in _ST_DTYPES or (dt == "I32") != name.endswith(_EXPS):
             raise ValueError(
                 f"mojolearn: model file {os.fspath(path)!r}: tensor {name!r} has dtype {dt}; "
                 f"model weights are read from F32, BF16 or F16 tensors, or I8 codes with their "
                 f"I32 row exponents named <name>{_EXPS} (mojolearn.checkpoint's int8 storage)"
             )
-        npdt, isz = _ST_DTYPES[dt]
-        count = math.prod(shape)  # Python ints: no wrap-around
-        if not (0 <= lo <= hi and base + hi <= size) or hi - lo != count * isz:
-            raise _corrupt(path, f"tensor {name!r} ({dt}, shape {shape}) lies at bytes "
-                                 f"[{lo}, {hi}) of a data section of {size - base} bytes")
-        places[name] = (dt, tuple(shape), base + lo)
+        places[name] = (dt, tuple(shape), t.offset)
     for name, (dt, shape, at) in places.items():
         if dt == "I32":
             if places.get(name[:-len(_EXPS)], ("",))[0] != "I8":
@@ -420,8 +394,8 @@ def gguf_config(reader) -> ModelConfig:
     if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names \
             or "rope_freqs.weight" in names:
         raise NotImplementedError(
-            f"mojolearn: GGUF file holds RoPE frequency factors (rope_factors_* / "
-            f"rope_freqs): scaled RoPE (longrope, llama3) is refused, not computed"
+            "mojolearn: GGUF file holds RoPE frequency factors (rope_factors_* / "
+            "rope_freqs): scaled RoPE (longrope, llama3) is refused, not computed"
         )
     heads = int(g("attention.head_count"))
     hidden = int(g("embedding_length"))
