@@ -500,3 +500,49 @@ def test_tf32_never_reaches_the_cpu(mode):
         assert_same_bits(np.asarray(linalg.matmul(a, w, transpose_b=True)), plain, "tf32 on cpu")
     finally:
         modes.allow_tf32(old)
+
+
+def test_one_mode_per_batched_prepared_call_while_another_thread_switches():
+    """Issue 43 item 6: a batched linalg.matmul with a prepared weight (one kernel call
+    per batch element: transpose_a) read the numeric mode once per element, so with
+    another thread switching the process mode up to 298 of 400 calls mixed identical and
+    fast elements. Now the mode is read once per call: every result is wholly the
+    identical one or wholly the fast one."""
+    import threading
+
+    from mojolearn import linalg, modes
+
+    rng = np.random.default_rng(5)
+    k, m, n, nb = 1024, 4, 8, 8
+    a = rng.standard_normal((nb, k, m)).astype(np.float32)  # (batch, k, m): transpose_a
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    p = linalg.prepare(w)
+    with modes.using("identical"):
+        ident = np.asarray(linalg.matmul(a, p, transpose_a=True))
+    with modes.using("fast"):
+        fast = np.asarray(linalg.matmul(a, p, transpose_a=True))
+    differ = [not np.array_equal(ident[t].view(np.uint32), fast[t].view(np.uint32))
+              for t in range(nb)]
+    assert all(differ), "fast and identical must differ in every element for this test"
+    old = modes.set_numeric_mode("identical")
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            modes.set_numeric_mode("fast")
+            modes.set_numeric_mode("identical")
+
+    th = threading.Thread(target=flip)
+    th.start()
+    mixed = 0
+    try:
+        for _ in range(400):
+            got = np.asarray(linalg.matmul(a, p, transpose_a=True)).view(np.uint32)
+            whole = (np.array_equal(got, ident.view(np.uint32))
+                     or np.array_equal(got, fast.view(np.uint32)))
+            mixed += not whole
+    finally:
+        stop.set()
+        th.join()
+        modes.set_numeric_mode(old)
+    assert mixed == 0, f"{mixed} of 400 calls mixed the two modes"

@@ -368,12 +368,14 @@ def _run_prepared(func, a, p, transpose_a, transpose_b, out, a_dtypes):
         sa = m * k * ab.itemsize
         calls = [(ab.addr + t * sa, caddr + t * m * n * 4, m) for t in range(nb)]
     nat = native()
+    # the numeric mode and the sabotage flag are read once: every batch element of one
+    # call runs under the same mode, whatever another thread switches meanwhile
+    code, sab = mode_code(), sabotage_arg()
+    bp, bfmt, bsc = p._kernel_args()
     for pa_, pc_, rows in calls:
         wa, wn = workspace()
-        bp, bfmt, bsc = p._kernel_args()
         need = nat.gemm_f32_packed((pa_, bp, pc_, rows, n, k, int(transpose_a), a16, bfmt, bsc,
-                                    mode_code(), gemm_tasks("fp32", rows, n, k), sabotage_arg(),
-                                    wa, wn))
+                                    code, gemm_tasks("fp32", rows, n, k), sab, wa, wn))
         if need > wn:
             workspace_fit(need)
     return res
