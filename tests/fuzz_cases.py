@@ -516,7 +516,7 @@ def gen_ksplit(rng, tmp):
     if fault == 8:  # values that do not match
         v = _pick(rng, [np.zeros((7, m, n), F32), np.zeros((m, n), np.float64), "x",
                         np.zeros((m, n, 2), np.int64)])
-        kw = {"leaf": None} if prof == "fp32.v1" else {"a_exps": np.zeros(m, np.int32),
+        kw = {"leaf": linalg.leaf_size(k)} if prof == "fp32.v1" else {"a_exps": np.zeros(m, np.int32),
                                                        "b_exps": np.zeros(n, np.int32)}
         kw = {x: y for x, y in kw.items() if y is not None}
         return Case(label + " values", lambda: linalg.PartialProduct(prof, v, k=k, k_start=0,

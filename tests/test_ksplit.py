@@ -249,7 +249,11 @@ def test_refusals():
         linalg.fold_parts([iq, linalg.matmul_part(a, b, k=k, k_start=0)])
     with pytest.raises(ValueError, match="nodes"):
         linalg.PartialProduct("fp32.v1", np.zeros((1, 2, 3), np.float32), k=k, k_start=0,
-                              k_stop=384)
+                              k_stop=384, leaf=linalg.leaf_size(k))
+    # issue 43 item 11: without leaf= a rebuilt part took the receiving process's mode
+    with pytest.raises(ValueError, match="needs leaf=.*not guessed"):
+        linalg.PartialProduct("fp32.v1", np.zeros((1, 2, 3), np.float32), k=k, k_start=0,
+                              k_stop=k)
     with pytest.raises(ValueError, match="not one of"):
         linalg.PartialProduct("fp64", np.zeros((1, 2, 3), np.float32), k=k, k_start=0, k_stop=k)
     with pytest.raises(ValueError, match="at most 1 parts"):

@@ -43,7 +43,7 @@ ORDER = [
     "mojolearn.linalg", "mojolearn.lowbit", "mojolearn.modes", "mojolearn.profiles",
     "mojolearn.checkpoint",
     # the models, by sub-layer
-    "mojolearn.models._base", "mojolearn.models._base.config", "mojolearn.models._base.inputs",
+    "mojolearn.models._base", "mojolearn.models._base.inputs", "mojolearn.models._base.config",
     "mojolearn.models._base.state",
     "mojolearn.models._exec", "mojolearn.models._exec.kernels", "mojolearn.models._exec.device",
     "mojolearn.models._load", "mojolearn.models._load.loader",

@@ -140,3 +140,26 @@ def test_profile_compat_names():
         P.set_default_profile(old)
     with pytest.raises(ValueError, match="state was written"):
         P.check_saved({"numeric_profile": "fixed15_v1"}, "fp32_v1")
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("rope_theta", 1e39, "past float32's largest"),
+    ("rope_theta", 10 ** 40, "past float32's largest"),
+    ("rope_theta", 1e-45, "below float32's smallest normal"),
+    ("rms_norm_eps", 1e-40, "below float32's smallest normal"),
+    ("rms_norm_eps", 3.5e38, "past float32's largest"),
+])
+def test_config_values_outside_float32_are_refused_by_name(field, value, match):
+    """Issue 43 item 11: config values the kernels read as float32 and that have no
+    normal float32 raised a bare OverflowError (past FLT_MAX) or computed silently
+    flushed to zero (a rope_theta of 1e-45: all-NaN logits); now refused by name, from
+    a config and from TransformerBlock."""
+    with pytest.raises(ValueError, match=f"{field} = .*{match}"):
+        ModelConfig.from_dict(dict(TINY, **{field: value}))
+    from mojolearn.models import TransformerBlock
+    from test_models import tiny_weights
+
+    w = tiny_weights(dict(TINY, num_hidden_layers=1))
+    bw = {k[len("model.layers.0."):]: v for k, v in w.items() if k.startswith("model.layers.0.")}
+    with pytest.raises(ValueError, match=f"{field} = .*{match}"):
+        TransformerBlock(bw, n_heads=4, n_kv_heads=2, **{field: value})

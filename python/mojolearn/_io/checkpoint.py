@@ -9,6 +9,8 @@ import errno
 import json
 import struct
 import os
+import re
+import socket
 import stat
 import tempfile
 from typing import NamedTuple
@@ -240,11 +242,15 @@ def _os_error(func: str, path: str, e: OSError) -> OSError:
         errno.ENOSPC: "free disk space",
         errno.EROFS: "choose a writable file system",
         errno.ENAMETOOLONG: "use a shorter path",
+        errno.EFBIG: "raise the file-size limit (ulimit -f) or save smaller files",
+        errno.EDQUOT: "free space in your disk quota",
     }.get(e.errno, "check the path")
-    return type(e)(
+    out = type(e)(
         f"mojolearn: checkpoint.{func}: cannot {'write' if func == 'save' else 'read'} "
         f"{path!r} ({why}); {way}",
     )
+    out.errno = e.errno
+    return out
 
 
 def save(path, weights, numeric_profile=None) -> None:
@@ -256,6 +262,40 @@ def save(path, weights, numeric_profile=None) -> None:
     docstring).
     """
     _save(path, weights, numeric_profile, None)
+
+
+_HOST = socket.gethostname().replace(os.sep, "_") or "host"
+
+
+def _remove_stale(directory: str, stem: str) -> None:
+    """Remove the temporary files earlier saves of this target left when their process
+    was killed (kill -9, a power cut before the rename): those named by this host and a
+    process id that no longer runs. Files of live processes and of other hosts (a
+    shared file system) are left alone."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(stem) and name.endswith(".tmp")):
+            continue
+        parts = name[len(stem):-len(".tmp")].rsplit(".", 2)
+        if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # that process still runs: its save may be under way
+        except ProcessLookupError:
+            pass
+        except OSError:  # no permission to signal it: it exists
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
 
 
 def _sort_metadata(tmp) -> None:
@@ -301,9 +341,11 @@ def _save(path, weights, numeric_profile, extra) -> None:
 
     directory = os.path.dirname(os.path.abspath(target))
     mode = _new_file_mode(target)
+    stem = "." + os.path.basename(target)[:100] + "."
+    _remove_stale(directory, stem)
     try:
         fd, tmp = tempfile.mkstemp(
-            prefix="." + os.path.basename(target)[:100] + ".", suffix=".tmp", dir=directory)
+            prefix=f"{stem}{_HOST}.{os.getpid()}.", suffix=".tmp", dir=directory)
     except OSError as e:
         raise _os_error("save", path, e) from None
     os.close(fd)
@@ -311,6 +353,10 @@ def _save(path, weights, numeric_profile, extra) -> None:
         try:
             safetensors.serialize_file(specs, tmp, metadata=metadata)
         except safetensors.SafetensorError as e:
+            code = re.search(r"os error (\d+)", str(e))
+            if code:  # the disk filled, a size limit, ...: the system's error, by name
+                n = int(code.group(1))
+                raise _os_error("save", path, OSError(n, os.strerror(n))) from None
             raise ValueError(
                 f"mojolearn: checkpoint.save: safetensors refused to write {path!r} "
                 f"({e}); check the tensors' shapes and names"

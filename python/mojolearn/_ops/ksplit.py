@@ -87,7 +87,7 @@ class PartialProduct:
     Made by ``matmul_part`` / ``matmul_int8_part`` / ``matmul_int15_part``, or rebuilt
     from its pieces after they travelled between processes:
     ``PartialProduct(profile, values, k=, k_start=, k_stop=, leaf=)`` for fp32.v1
-    (``values`` float32 (len(nodes), m, n)) or ``PartialProduct(profile, values, k=,
+    (``values`` float32 (len(nodes), m, n); ``leaf`` is required: it is the part's) or ``PartialProduct(profile, values, k=,
     k_start=, k_stop=, a_exps=, b_exps=)`` for the integer profiles (``values`` the
     exact int64 sums (m, n), the exponents those of the whole rows). Attributes:
     ``profile``, ``k``, ``k_start``, ``k_stop``, ``leaf`` (fp32.v1; 0 otherwise),
@@ -112,7 +112,12 @@ class PartialProduct:
         if profile == "fp32.v1":
             if a_exps is not None or b_exps is not None:
                 raise ValueError(f"mojolearn: {f}: a fp32.v1 part has no exponents")
-            leaf = _int(leaf, f, "leaf", 1) if leaf is not None else leaf_size(k)
+            if leaf is None:
+                raise ValueError(
+                    f"mojolearn: {f}: a fp32.v1 part needs leaf= (the part's own "
+                    f"PartialProduct.leaf, which records the numeric mode it was computed "
+                    f"under); the receiving process's mode is not guessed")
+            leaf = _int(leaf, f, "leaf", 1)
             _check_bounds(f, k, k_start, k_stop, leaf)
             self.leaf = leaf
             nleaves = -(-k // leaf)

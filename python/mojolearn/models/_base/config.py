@@ -8,6 +8,8 @@ import math
 import os
 from dataclasses import dataclass
 
+from .inputs import check_f32_normal
+
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 """The ``model_type`` values the models compute."""
 MAX_ROPE_POSITIONS = 8192  # rule M-7: angles >= 8192 are refused
@@ -55,6 +57,7 @@ def _float(d, key, model_type, default=None):
             f"mojolearn: model config: model_type {model_type!r}: {key} must be a positive "
             f"finite number, got {v!r}"
         )
+    check_f32_normal(float(v), f"model config: model_type {model_type!r}: {key}")
     return float(v)
 
 

@@ -157,7 +157,23 @@ def positive_number(v, what: str) -> float:
         f = math.inf
     if not math.isfinite(f) or f <= 0:
         raise ValueError(f"mojolearn: {what} must be a positive finite number, got {v!r}")
+    check_f32_normal(f, what)
     return f
+
+
+FLT_MIN, FLT_MAX = 2.0 ** -126, float.fromhex("0x1.fffffep127")
+
+
+def check_f32_normal(f: float, what: str) -> None:
+    """A config value the kernels read as float32 (eps, RoPE base): its float32 must be a
+    normal number. Past FLT_MAX it has no float32; below FLT_MIN it is subnormal, which
+    every kernel reads flushed to zero (a RoPE base of 1e-45 would give NaN logits)."""
+    if f > FLT_MAX or np.float32(f) > FLT_MAX:
+        raise ValueError(f"mojolearn: {what} = {f!r} is past float32's largest value "
+                         f"{FLT_MAX!r}; the kernels read it as float32")
+    if np.float32(f) < FLT_MIN:
+        raise ValueError(f"mojolearn: {what} = {f!r} is below float32's smallest normal value "
+                         f"{FLT_MIN!r}; the kernels read it as float32, flushed to zero")
 
 
 def flag(v, what: str) -> bool:
