@@ -2,15 +2,24 @@
 
     torchrun --standalone --nproc-per-node N tests/parallel_worker.py SPEC.json
 
-SPEC: {"mode": "bits" | "die" | "hang" | "mismatch" | "checkpoint" | "ids", "cases": [...],
-"other_path": a checkpoint rank 1 loads in "checkpoint" mode, "tmpdir":
-a folder every rank shares, ...}. Each rank writes its lines to tmpdir/rank<r>.txt (the
-ranks' stdout would interleave).
+SPEC: {"mode": "bits" | "die" | "hang" | "mismatch" | "checkpoint" | "ids" | "weights" |
+"arguments" | "generate", "cases": [...], "other_path": a checkpoint rank 1 loads in
+"checkpoint" mode, "tmpdir": a folder every rank shares, ...}. Each rank writes its lines
+to tmpdir/rank<r>.txt (the ranks' stdout would interleave).
 "bits": for each case every rank loads ParallelCausalLM and CausalLM (in this process,
 the reference) and compares, bit for bit: forward of a batch, prefill then steps with
 a state, greedy and sampled generate, save_state -> CausalLM.resume and
 CausalLM.save_state -> resume. Writes "RESULT <json>" per case; any difference raises.
 The other modes make one rank fail on purpose and write what the others raised.
+"weights", "arguments" and "generate" run several cases in one job, each case's
+"RAISED case <i> rank <r> ..." line telling what that rank raised (or "nothing" and
+a digest of what it returned):
+"weights": case {"paths": [path of rank 0, path of rank 1]}: each rank loads its path
+and runs forward.
+"arguments": case {"kw": [load keywords of rank 0, of rank 1]}: each rank loads
+cases[0]'s path with its keywords (and the spec's timeout).
+"generate": case {"args": [[ids, max_new_tokens, {keywords}] of rank 0, of rank 1]}:
+one model loaded, each rank calls generate with its arguments.
 """
 from __future__ import annotations
 
@@ -70,6 +79,38 @@ def bits(case, tmpdir, rank):
             "held": lm.held()}
 
 
+def several(spec, rank, say):
+    """The modes of several cases in one job (see the module docstring)."""
+    import hashlib
+
+    from mojolearn.models import ParallelCausalLM
+
+    mode, timeout = spec["mode"], spec["timeout"]
+    base = spec["cases"][0] if spec.get("cases") else None
+    lm = None
+    if mode == "generate":
+        lm = ParallelCausalLM.load(base["path"], layout=base["layout"], timeout=timeout)
+    for i, case in enumerate(spec["runs"]):
+        t0 = time.perf_counter()
+        try:
+            if mode == "weights":
+                m = ParallelCausalLM.load(case["paths"][rank], timeout=timeout)
+                got = m.forward([[1, 2, 3]])
+            elif mode == "arguments":
+                kw = dict(case["kw"][rank], timeout=timeout)
+                m = ParallelCausalLM.load(kw.pop("path", base["path"]), **kw)
+                got = m.forward([[1, 2, 3]])
+            else:
+                ids, n, kw = case["args"][rank]
+                got = lm.generate(ids, n, **kw)
+            digest = hashlib.sha256(np.ascontiguousarray(got).tobytes()).hexdigest()[:16]
+            say(f"RAISED case {i} rank {rank} nothing after {time.perf_counter() - t0:.1f}s: "
+                f"{digest}")
+        except Exception as e:  # noqa: BLE001 - what each rank raised is the test's output
+            say(f"RAISED case {i} rank {rank} {type(e).__name__} after "
+                f"{time.perf_counter() - t0:.1f}s: {e}")
+
+
 def main():
     spec = json.loads(open(sys.argv[1]).read())
     out = None
@@ -94,6 +135,9 @@ def main():
         dist.barrier()
         dist.destroy_process_group()
         return
+    if mode in ("weights", "arguments", "generate"):
+        several(spec, rank, say)
+        os._exit(0)
     case = spec["cases"][0]
     kw = dict(layout=case["layout"], numeric_profile=case["profile"], timeout=spec["timeout"])
     if mode == "mismatch" and rank == 1:

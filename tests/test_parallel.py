@@ -217,3 +217,164 @@ def test_smollm2_two_and_three_ranks(tmp_path):
         cs = cases(str(path), ("pipeline", "tensor"), ("fp32_v1", "fixed15_v1"), ("float32",))
         check_bits(torchrun(nproc, {"mode": "bits", "cases": cs}, tmp_path / f"n{nproc}",
                             timeout=1800), len(cs), nproc)
+
+
+def _raised(lines, nruns, nproc=2):
+    """{(case, rank): what that rank raised} from the RAISED lines of a job of several cases."""
+    got = {}
+    for x in lines:
+        if x.startswith("RAISED case "):
+            _, _, i, _, r, rest = x.split(" ", 5)
+            got[int(i), int(r)] = rest
+    assert sorted(got) == [(i, r) for i in range(nruns) for r in range(nproc)], lines[-20:]
+    return got
+
+
+def _seconds(raised):
+    return float(raised.split(" after ")[1].split("s:")[0])
+
+
+@pytest.fixture(scope="module")
+def mixed(models, tmp_path_factory):
+    """The GQA model as a fine-tune with frozen norms (one matrix changed, config and
+    final norm the same), as its int8-stored copy and as a plain copy in another folder."""
+    import shutil
+
+    from test_models_stored import write_stored
+
+    d = tmp_path_factory.mktemp("mixed")
+    w = tiny_weights(GQA, seed=3)
+    ft = dict(w)
+    name = "model.layers.1.mlp.down_proj.weight"
+    ft[name] = (w[name] * np.float32(1.5)).astype(np.float32)
+    shutil.copytree(models["gqa"], d / "copy")
+    return {"finetune": write_model(d / "finetune", dict(GQA), ft),
+            "int8": write_stored(d / "int8", dict(GQA), w, "int8")[0],
+            "copy": str(d / "copy")}
+
+
+def test_mixed_checkpoints_are_refused_by_name(models, mixed, tmp_path):
+    """Issue 43 item 1: ranks that load different checkpoints with the same config and
+    the same final norm (a fine-tune with one other matrix; the float32 folder and its
+    int8-stored copy) are refused at load on every rank by a ValueError naming the
+    weights; a byte-identical copy in another folder loads and gives the same logits."""
+    gqa = models["gqa"]
+    runs = [{"paths": [gqa, mixed["finetune"]]}, {"paths": [mixed["int8"], gqa]},
+            {"paths": [gqa, mixed["copy"]]}]
+    got = _raised(torchrun(2, {"mode": "weights", "timeout": 20, "runs": runs}, tmp_path,
+                           timeout=120), len(runs))
+    for i in (0, 1):
+        for r in (0, 1):
+            assert got[i, r].startswith("ValueError after "), got[i, r]
+            assert "mojolearn: ParallelCausalLM: load: rank 1 differs from rank 0 (weights: " \
+                   "rank 0 " in got[i, r], got[i, r]
+    assert got[2, 0].startswith("nothing after ") and got[2, 0] == got[2, 1], got
+
+
+def test_argument_mismatch_is_refused_before_any_group(models, tmp_path):
+    """Issue 43 item 2: ranks loading with another layout (or max_positions) are refused
+    on every rank by a ValueError naming it, within seconds (before, the subgroups made
+    before the check made every rank wait the whole timeout, and the loads after it
+    ended in torch's DistStoreError); a rank whose checkpoint cannot be read raises its
+    own error while the others name it as unreadable, again without waiting the
+    timeout; a matching load afterwards works."""
+    runs = [{"kw": [{"layout": "tensor"}, {"layout": "pipeline"}]},
+            {"kw": [{"max_positions": 32}, {"max_positions": 16}]},
+            {"kw": [{}, {"path": str(tmp_path / "no-such-model")}]},
+            {"kw": [{"layout": "pipeline"}, {"layout": "pipeline"}]}]
+    spec = {"mode": "arguments", "timeout": 20, "runs": runs,
+            "cases": cases(models["gqa"], ("tensor",), ("fp32_v1",), ("float32",))}
+    got = _raised(torchrun(2, spec, tmp_path, timeout=300), len(runs))
+    for r in (0, 1):
+        assert got[0, r].startswith("ValueError after "), got[0, r]
+        assert "(layout: rank 0 'tensor', rank 1 'pipeline')" in got[0, r], got[0, r]
+        assert "(max_positions: rank 0 '32', rank 1 '16')" in got[1, r], got[1, r]
+    assert got[2, 0].startswith("ValueError after "), got[2, 0]
+    assert "load: rank 1 differs from rank 0 (model shape: rank 0 " in got[2, 0], got[2, 0]
+    assert "rank 1 'unreadable (FileNotFoundError)'" in got[2, 0], got[2, 0]
+    assert got[2, 1].startswith("FileNotFoundError after ") and "no-such-model" in got[2, 1]
+    assert got[3, 0].startswith("nothing after ") and got[3, 0] == got[3, 1], got
+    for i in range(3):
+        for r in (0, 1):
+            assert _seconds(got[i, r]) < 8, got[i, r]
+
+
+def test_generate_arguments_are_compared(models, tmp_path):
+    """Issue 43 item 3: generate called with another seed, greedy flag, eos_token_id,
+    prompt or max_new_tokens on one rank is refused on every rank by a ValueError naming
+    the argument (before, the ranks returned different tokens, or a rank waited out the
+    timeout); a rank whose own argument is invalid raises its error while the others
+    name the argument; the same arguments give the same tokens."""
+    p = [[1, 2, 3]]
+    runs = [{"args": [[p, 1, {"greedy": False, "seed": 7}], [p, 1, {"greedy": False, "seed": 8}]]},
+            {"args": [[p, 1, {}], [p, 1, {"greedy": False}]]},
+            {"args": [[p, 2, {"eos_token_id": 5}], [p, 2, {}]]},
+            {"args": [[p, 2, {}], [[[1, 2, 4]], 2, {}]]},
+            {"args": [[p, 3, {"greedy": False, "seed": 1}], [p, 3, {"greedy": False, "seed": 1}]]},
+            {"args": [[p, 2, {}], [p, -1, {}]]},
+            {"args": [[p, 1, {}], [p, 2, {}]]}]
+    names = ["seed", "greedy", "eos_token_id", "ids", None, "max_new_tokens", "max_new_tokens"]
+    spec = {"mode": "generate", "timeout": 20, "runs": runs,
+            "cases": cases(models["gqa"], ("tensor",), ("fp32_v1",), ("float32",))}
+    got = _raised(torchrun(2, spec, tmp_path, timeout=300), len(runs))
+    for i, name in enumerate(names):
+        if name is None:
+            assert got[i, 0].startswith("nothing after ") and got[i, 0] == got[i, 1], got
+            continue
+        for r in (0, 1):
+            if i == 5 and r == 1:  # its own refusal of max_new_tokens=-1
+                assert "ValueError" in got[i, r] and "max_new_tokens must be an int >= 0" \
+                    in got[i, r], got[i, r]
+                continue
+            assert got[i, r].startswith("ValueError after "), (i, got[i, r])
+            assert "generate: rank 1 differs from rank 0 (" + name + ": rank 0 " in got[i, r], \
+                (i, got[i, r])
+            assert _seconds(got[i, r]) < 8, got[i, r]
+
+
+def test_model_digest(models, mixed, tmp_path):
+    """Issue 43 item 1: model_digest hashes every file the model is read from (names,
+    sizes, bytes): a copy in another folder has the same digest, one changed matrix, the
+    int8-stored copy, another config.json and a changed shard of a sharded folder do
+    not; a .gguf file's own name is not part of it."""
+    import shutil
+
+    from mojolearn.models._load.loader import model_digest
+
+    gqa = models["gqa"]
+    d0 = model_digest(gqa)
+    assert len(d0) == 64 and d0 == model_digest(mixed["copy"])
+    assert d0 != model_digest(mixed["finetune"]) and d0 != model_digest(mixed["int8"])
+    cfg = tmp_path / "cfg"
+    shutil.copytree(gqa, cfg)
+    (cfg / "config.json").write_text(json.dumps(dict(GQA, rope_theta=20000.0)))
+    assert model_digest(cfg) != d0
+    # a sharded folder: the index and every shard it names
+    from safetensors.numpy import save_file
+
+    w = tiny_weights(GQA, seed=3)
+    names = sorted(w)
+    sh = tmp_path / "sharded"
+    sh.mkdir()
+    (sh / "config.json").write_text(json.dumps(dict(GQA)))
+    half = len(names) // 2
+    wm = {}
+    for j, part in enumerate((names[:half], names[half:])):
+        f = f"model-0000{j + 1}-of-00002.safetensors"
+        save_file({n: w[n] for n in part}, str(sh / f))
+        wm.update({n: f for n in part})
+    (sh / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    s0 = model_digest(sh)
+    sh2 = tmp_path / "sharded2"
+    shutil.copytree(sh, sh2)
+    assert model_digest(sh2) == s0
+    f2 = sh2 / "model-00002-of-00002.safetensors"
+    b = bytearray(f2.read_bytes())
+    b[-1] ^= 1
+    f2.write_bytes(bytes(b))
+    assert model_digest(sh2) != s0
+    # a .gguf file: its bytes, not its name
+    g1, g2 = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    g1.write_bytes(b"GGUF" + bytes(range(256)) * 50000)
+    shutil.copy(g1, g2)
+    assert model_digest(g1) == model_digest(g2)

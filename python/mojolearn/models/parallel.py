@@ -35,10 +35,13 @@ WHY THE BITS ARE THE ONE-PROCESS BITS
     by name, with the counts that work.
 
 WHAT EVERY RANK DOES
-    Every rank runs the same program: ``load`` (each rank reads only the layers and,
-    from a safetensors checkpoint, only the rows / columns it holds; a GGUF tensor is
-    dequantized whole and sliced), ``forward`` / ``step`` / ``generate`` with the same
-    ids (checked: a rank given other ids is refused), and gets the same logits.
+    Every rank runs the same program: ``load`` (each rank keeps only its layers and,
+    from a safetensors checkpoint, reads only the rows / columns it holds; a GGUF
+    tensor is dequantized whole and sliced; and every rank hashes every file of its
+    checkpoint, so the checkpoint is read once more, see FAILURES), ``forward`` /
+    ``step`` / ``generate`` with the same ids and arguments (checked: a rank given
+    other ids, or another max_new_tokens, greedy, seed or eos_token_id to
+    ``generate``, is refused on every rank, naming it), and gets the same logits.
     ``allocate_state`` gives each rank its part of the KV cache; ``save_state`` writes
     one file in ``CausalLM``'s format (rank 0 writes, every rank returns when it is
     written), which ``CausalLM.resume`` reads, and ``resume`` reads a file
@@ -48,7 +51,15 @@ FAILURES
     Every collective runs with a timeout (``timeout`` seconds, default 300): a rank
     that died, hung or called something else makes the others raise a RuntimeError
     naming the operation and the rank, never hang. ``load`` refuses ranks that were
-    given another checkpoint, profile, weight format, mode or layout, naming them.
+    given another checkpoint, profile, weight format, mode, layout, tensor_size or
+    max_positions, on every rank, naming them: the checkpoint as ``weights``, a
+    sha256 over the names, sizes and bytes of every file it is read from
+    (config.json, model.safetensors or the index and every shard, or the .gguf file),
+    which every rank computes by reading the whole checkpoint once more (about as
+    long as reading it at sha256's speed, 0.5 to 2 GB/s). They are compared before
+    the model makes the groups that depend on them (its pipeline stages), so a
+    mismatch is refused at once, not after the timeout; a rank that cannot read its
+    checkpoint raises its own error and the others name it as unreadable.
 """
 from ._transformer.parallel import ParallelCausalLM, ParallelGenerationState, LAYOUTS
 

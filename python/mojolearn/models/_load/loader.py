@@ -545,6 +545,21 @@ def kind_is(parts, kind):
     return parts[0] == "blk" and len(parts) > 2 and parts[2] == kind
 
 
+def model_type_of(path):
+    """The model_type of a Hugging Face folder's config.json, None when it has none or
+    it cannot be read (the folder's reader then reports why)."""
+    try:
+        p = os.fspath(path)
+        if not isinstance(p, str) or not os.path.isdir(p):
+            return None
+        with open(os.path.join(p, "config.json"), "r", encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        return None
+    mt = d.get("model_type") if isinstance(d, dict) else None
+    return mt if isinstance(mt, str) else None
+
+
 def read_model(path, lazy=False):
     """(ModelConfig, weights): a dict of float32 arrays, or a LazyWeights (lazy=True)."""
     p = os.fspath(path)
@@ -607,6 +622,66 @@ def check_weights(cfg: ModelConfig, weights, where: str):
         if got != shape:
             raise ValueError(f"mojolearn: {where}: tensor {name!r} has shape {got}, "
                              f"the config needs {shape}")
+
+
+_DIGEST_CHUNK = 4 * 1024 * 1024  # bytes hashed at a time
+
+
+def model_digest(path) -> str:
+    """sha256 (64 hex digits) of every file the model at ``path`` is read from, each as
+    its name, its size and its bytes, streamed 4 MiB at a time: a Hugging Face folder's
+    ``config.json``, then ``model.safetensors``, or (without it) the
+    ``model.safetensors.index.json`` and every shard it names, in sorted order; a
+    ``.gguf`` file's bytes (its own name is not part of the digest). A copy of the same
+    files in another folder has the same digest, any other byte another one. It reads
+    the whole checkpoint (ParallelCausalLM.load compares it across ranks)."""
+    import hashlib
+
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        files = [("config.json", os.path.join(p, "config.json"))]
+        index = os.path.join(p, "model.safetensors.index.json")
+        if os.path.isfile(os.path.join(p, "model.safetensors")) or not os.path.isfile(index):
+            files.append(("model.safetensors", os.path.join(p, "model.safetensors")))
+        else:
+            try:
+                with open(index, "r", encoding="utf-8") as f:
+                    wm = json.load(f)["weight_map"]
+                shards = sorted(set(wm.values()))
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError,
+                    RecursionError) as e:
+                raise _corrupt(index, f"no weight_map of tensor name -> shard file name "
+                                      f"({e})") from None
+            files.append(("model.safetensors.index.json", index))
+            for shard in shards:
+                if not isinstance(shard, str) or os.path.basename(shard) != shard \
+                        or shard in ("", ".", "..") or "\0" in shard:
+                    raise ValueError(
+                        f"mojolearn: model directory {p!r}: model.safetensors.index.json names "
+                        f"the shard {str(shard)[:200]!r}, which is not a file name inside the "
+                        f"directory; shards lie beside the index")
+                files.append((shard, os.path.join(p, shard)))
+    else:
+        files = [(".gguf", p)]
+    h = hashlib.sha256()
+    buf = bytearray(_DIGEST_CHUNK)
+    view = memoryview(buf)
+    for name, file in files:
+        with open(file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            raw = name.encode("utf-8", "surrogateescape")
+            h.update(b"%d:%s:%d:" % (len(raw), raw, size))
+            done = 0
+            while True:
+                n = f.readinto(view)
+                if not n:
+                    break
+                h.update(view[:n])
+                done += n
+        if done != size:
+            raise ValueError(f"mojolearn: model file {file!r} changed while it was read "
+                             f"({done} bytes of {size}); load it again once it is written")
+    return h.hexdigest()
 
 __all__ = ["read_model", "read_hf_dir", "read_gguf", "read_safetensors", "gguf_config",
            "expected_shapes", "check_weights", "kind_is", "LazyWeights"]

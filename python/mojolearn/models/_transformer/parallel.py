@@ -16,11 +16,11 @@ from ..._ops import ksplit as _ksplit
 from ..._core.loader import cpu_native
 from ..._core.threads import tasks as _tasks
 from .._exec import kernels as K
-from .._base.inputs import count, state_size
+from .._base.inputs import count, flag, state_size, token_ids
 from .block import Layer, Proj, check_max_positions, check_weight_format
 from .causal_lm import CausalLM, GenerationState
 from .._base.config import ModelConfig
-from .._load.loader import LazyWeights, check_weights, read_model
+from .._load.loader import LazyWeights, check_weights, model_digest, read_model
 
 LAYOUTS = ("pipeline", "tensor", "pipeline+tensor")
 """The ways ParallelCausalLM splits a model over ranks."""
@@ -127,9 +127,13 @@ class _Plan:
 class _Comm:
     """The collectives ParallelCausalLM runs, each with the timeout and a RuntimeError
     naming the operation and this rank when it fails. numpy arrays travel as torch
-    tensors sharing their memory."""
+    tensors sharing their memory. Made with one group of its own, ``all`` (gloo, every
+    rank of the group load was given, whatever the backend of that group), which every
+    rank creates alike whatever its arguments: load compares the ranks' arguments on it
+    (``same_everywhere``) before ``make_groups`` makes the groups that depend on them
+    (ranks that would make different groups wait on each other until the timeout)."""
 
-    def __init__(self, group, timeout, T):
+    def __init__(self, group, timeout):
         torch, dist = _torch_dist()
         self.torch, self.dist = torch, dist
         if not dist.is_available() or not dist.is_initialized():
@@ -149,6 +153,16 @@ class _Comm:
         self._groups = [self.all]
         self.closed = False
         self.stage_group = None
+        # torch's gloo groups left alive at exit can abort the process (seen with torch
+        # 2.13: "terminate called without an active exception" on a rank that ends while
+        # another still runs); ours are destroyed first
+        atexit.register(self.close)
+
+    def make_groups(self, T):
+        """The groups of the pipeline stages of T ranks (none when T is 1), every rank
+        creating every group in the same order: made once the ranks are known to agree
+        on T."""
+        dist = self.dist
         for s in range(self.world // T):
             members = self.ranks[s * T:(s + 1) * T]
             g = dist.new_group(ranks=members, backend="gloo", timeout=self.td) if T > 1 else None
@@ -156,10 +170,6 @@ class _Comm:
                 self.stage_group = g
             if g is not None:
                 self._groups.append(g)
-        # torch's gloo groups left alive at exit can abort the process (seen with torch
-        # 2.13: "terminate called without an active exception" on a rank that ends while
-        # another still runs); ours are destroyed first
-        atexit.register(self.close)
 
     def close(self):
         """Destroy this model's process groups (at exit, or when the caller is done)."""
@@ -227,8 +237,10 @@ class _Comm:
     def barrier(self, what):
         self._run(what, lambda: self.dist.barrier(group=self.all, async_op=True))
 
-    def same_everywhere(self, text: str, what: str, fields=None):
-        """Refuse unless every rank passed the same text; names the ranks that differ."""
+    def same_everywhere(self, text: str, what: str, fields=None,
+                        way_out="every rank must do the same"):
+        """Refuse unless every rank passed the same text; names the ranks that differ
+        (and, with fields, the "|"-separated fields that differ)."""
         raw = text.encode()[:4096]
         buf = np.zeros(4096 + 8, dtype=np.uint8)
         buf[:8] = np.frombuffer(np.int64(len(raw)).tobytes(), dtype=np.uint8)
@@ -245,7 +257,12 @@ class _Comm:
                 diff = "; ".join(f"{f}: rank 0 {x!r}, rank {r} {y!r}"
                                  for f, x, y in zip(fields, a, b) if x != y)
             raise ValueError(f"mojolearn: ParallelCausalLM: {what}: rank {r} differs from rank "
-                             f"0 ({diff or texts[r][:200]}); every rank must do the same")
+                             f"0 ({diff or texts[r][:200]}); {way_out}")
+
+
+def _ids_text(a):
+    """What ranks compare of token ids (an int64 array): shape and sha256 of the bytes."""
+    return f"{a.shape}:{hashlib.sha256(a.tobytes()).hexdigest()}"
 
 
 # ----------------------------------------------------------------------------- weights
@@ -507,8 +524,13 @@ class ParallelCausalLM:
              weight_format="float32", max_positions=None, numeric_mode=None, group=None,
              timeout=300.0):
         """Load this rank's part of a Hugging Face directory or a .gguf file (see the class
-        docstring). Refusals by name before anything large is read: a bad layout, a
-        process group that is not initialized, a model that cannot be split so."""
+        docstring). Refused by name before any tensor is read: a bad layout or timeout,
+        a process group that is not initialized, a model that cannot be split so. Every
+        rank hashes every file of its checkpoint (model_digest: the checkpoint is read
+        once more, in 4 MiB chunks) and the ranks compare, before any group that depends
+        on the arguments is made, that digest, the model's shape, the profile, weight
+        format, mode, layout, tensor_size and max_positions: ranks that differ are
+        refused on every rank, naming the fields."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"mojolearn: ParallelCausalLM.load: path must be a str or "
                             f"os.PathLike, got {type(path).__name__}")
@@ -536,41 +558,67 @@ class ParallelCausalLM:
         self = object.__new__(cls)
         self.numeric_mode, self.numeric_profile, self.weight_format = mode, profile, weight_format
         self.layout = layout
-        _, dist = _torch_dist()
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError(
-                "mojolearn: ParallelCausalLM.load: torch.distributed is not initialized in this "
-                "process: start the program with torchrun (torchrun --nproc-per-node N run.py) "
-                "and call torch.distributed.init_process_group('gloo') first")
-        world_group = group if group is not None else dist.group.WORLD
-        world = dist.get_world_size(world_group)
-        cfg, weights = read_model(path, lazy=True)
-        self.config = cfg
-        self.path = os.fspath(path)
-        self.max_positions = check_max_positions(max_positions, cfg.max_position_embeddings,
-                                                 cfg.sliding_window)
-        plan = _Plan(cfg, layout, world, tensor_size, profile, mode)
-        self.plan = plan
-        self.tensor_size, self.pipeline_size = plan.T, plan.S
-        comm = _Comm(group, timeout, plan.T)
+        comm = _Comm(group, timeout)  # refuses a process that is not in a process group
         self.comm = comm
         self.rank, self.world_size = comm.rank, comm.world
+        self.path = os.fspath(path)
+        try:
+            self._agree_and_build(path, tensor_size, max_positions)
+        except BaseException:
+            comm.close()  # a refused or failed load keeps no process group
+            raise
+        return self
+
+    def _agree_and_build(self, path, tensor_size, max_positions):
+        """load's work once this model's first group is made: the ranks' agreement on
+        what to load, then the plan, the stage groups and this rank's weights."""
+        comm, layout, mode = self.comm, self.layout, self.numeric_mode
+        profile, weight_format = self.numeric_profile, self.weight_format
+        # what this rank would load, compared across ranks on the one group every rank
+        # makes alike, before the groups that depend on the arguments (ranks making
+        # different groups would wait on each other until the timeout). A rank that
+        # cannot read its checkpoint or whose max_positions is refused still takes part,
+        # so the others name it at once; it raises its own error after.
+        local = None
+        try:
+            cfg, weights = read_model(path, lazy=True)
+            shape_text, digest = cfg.fingerprint(), model_digest(path)
+        except Exception as e:  # noqa: BLE001 - raised below, after the others are told
+            local, cfg = e, None
+            shape_text = digest = f"unreadable ({type(e).__name__})"
+        limit_text = str(max_positions)
+        if cfg is not None:
+            try:
+                self.max_positions = check_max_positions(
+                    max_positions, cfg.max_position_embeddings, cfg.sliding_window)
+                limit_text = str(self.max_positions)
+            except Exception as e:  # noqa: BLE001 - as above
+                local, limit_text = e, f"refused ({type(e).__name__})"
+        fields = ["model shape", "weights", "numeric_profile", "weight_format", "numeric_mode",
+                  "layout", "tensor_size", "max_positions"]
+        try:
+            comm.same_everywhere(
+                "|".join([shape_text, digest, profile, weight_format, mode, layout,
+                          str(tensor_size), limit_text]), "load", fields,
+                "every rank must pass the same arguments and load the same checkpoint files "
+                "(weights: a sha256 of every file the model is read from; 'unreadable' or "
+                "'refused': that rank raised its own error)")
+        except (ValueError, RuntimeError):
+            if local is None:
+                raise
+        if local is not None:
+            raise local
+        self.config = cfg
+        plan = _Plan(cfg, layout, comm.world, tensor_size, profile, mode)
+        self.plan = plan
+        self.tensor_size, self.pipeline_size = plan.T, plan.S
         self.stage, self.tensor_rank = plan.stage_of(comm.rank)
         check_weights(cfg, weights, f"model {os.fspath(path)!r}")
-        # every rank the same model (config and a digest of its final norm), profile,
-        # format, mode, layout and limit
-        digest = hashlib.sha256(np.ascontiguousarray(weights["model.norm.weight"]).tobytes()
-                                ).hexdigest()[:16]
-        comm.same_everywhere(
-            "|".join([cfg.fingerprint(), digest, profile, weight_format, mode, layout,
-                      str(plan.T), str(self.max_positions)]),
-            "load", ["model shape", "weights", "numeric_profile", "weight_format",
-                     "numeric_mode", "layout", "tensor_size", "max_positions"])
+        comm.make_groups(plan.T)
         self._build(weights)
         self._key = (f"{cfg.fingerprint()}:{profile}:{weight_format}:{layout}:{plan.T}:"
                      f"{comm.rank}")
         comm.barrier("load")
-        return self
 
     def _build(self, weights):
         cfg, plan, t = self.config, self.plan, self.tensor_rank
@@ -635,11 +683,13 @@ class ParallelCausalLM:
                 f"{self.numeric_profile!r}, numeric_mode={self.numeric_mode!r})")
 
     # --------------------------------------------------------------- inputs and states
+    _checked_ids = None  # generate's ids, compared already with its other arguments
+
     def _ids(self, ids, what="ids"):
-        from .._base.inputs import token_ids
+        if ids is not None and ids is self._checked_ids:
+            return ids
         a = token_ids(ids, what, self.config.vocab_size)
-        self.comm.same_everywhere(f"{a.shape}:{hashlib.sha256(a.tobytes()).hexdigest()}",
-                                  f"{what.split(':')[0]}: the ids")
+        self.comm.same_everywhere(_ids_text(a), f"{what.split(':')[0]}: the ids")
         return a
 
     def allocate_state(self, batch_size, max_tokens):
@@ -731,8 +781,51 @@ class ParallelCausalLM:
             raise ValueError("mojolearn: ParallelCausalLM.step needs a state (allocate_state)")
         return self._run(ids, state, True, "ParallelCausalLM.step")[:, -1, :]
 
-    # CausalLM's generation loop, run by every rank on the same logits (the same draws)
-    generate = CausalLM.generate
+    def generate(self, ids, max_new_tokens, *, greedy=True, seed=None, eos_token_id=None):
+        """CausalLM.generate on every rank (its loop, run by every rank on the same logits:
+        the same draws). The ids and the arguments are compared across ranks first, in one
+        exchange: a rank given another prompt, max_new_tokens, greedy, seed or
+        eos_token_id is refused on every rank, by name; a rank whose own argument is
+        refused raises its error and the others name the argument."""
+        func = "ParallelCausalLM.generate"
+        vocab = self.config.vocab_size
+        checks = [
+            ("ids", ids, lambda v: token_ids(v, f"{func}: ids", vocab)),
+            ("max_new_tokens", max_new_tokens,
+             lambda v: count(v, f"{func}: max_new_tokens", 0)),
+            ("greedy", greedy, lambda v: flag(v, f"{func}: greedy")),
+            ("seed", seed, lambda v: None if v is None else count(v, f"{func}: seed", 0)),
+            ("eos_token_id", eos_token_id,
+             lambda v: None if v is None else count(v, f"{func}: eos_token_id", 0)),
+        ]
+        local, values, texts = None, [], []
+        for name, v, check in checks:
+            try:
+                v = check(v)
+            except (TypeError, ValueError) as e:
+                local = local or e
+                values.append(None)
+                texts.append(f"refused ({type(e).__name__})")
+                continue
+            values.append(v)
+            texts.append(_ids_text(v) if name == "ids" else repr(v))
+        try:
+            self.comm.same_everywhere(
+                "|".join(texts), "generate", [c[0] for c in checks],
+                "every rank must call generate with the same ids and arguments ('refused': "
+                "that rank raised its own error)")
+        except (ValueError, RuntimeError):
+            if local is None:
+                raise
+        if local is not None:
+            raise local
+        a, n, greedy, seed, eos = values
+        self._checked_ids = a
+        try:
+            return CausalLM.generate(self, a, n, greedy=greedy, seed=seed, eos_token_id=eos)
+        finally:
+            self._checked_ids = None
+
     generate_text = CausalLM.generate_text
     _choose = staticmethod(CausalLM._choose)
 
