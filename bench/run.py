@@ -372,6 +372,11 @@ def main(argv=None):
 
     model_over = run_models(B, threads, a.quick, torch)
 
+    # ------------------------------------------------ the Mamba families
+    from mamba_bench import run_mamba
+
+    run_mamba(B, threads, a.quick, torch)
+
     # ------------------------------------------------ write results
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip() or None

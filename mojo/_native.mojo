@@ -27,6 +27,7 @@ from gemm.cpu.blocking import block_table, W, cache_plan, set_cache_plan
 from gemm.cpu.pack_f32 import transpose_sq
 from std.collections import Array
 from transformer.cpu.entry import register_nn
+from ssm.cpu.entry import register_ssm
 from transformer.gpu.cpu_run import register_nn_gpu_reference
 from transformer.gpu.model_cpu_run import register_model_gpu_reference
 from gemm.gpu.cpu_run import register_gemm_gpu_reference
@@ -386,6 +387,7 @@ def PyInit__native() abi("C") -> PythonObject:
         register_prepared(m)
         register_ksplit(m)
         register_nn(m)
+        register_ssm(m)
         register_nn_gpu_reference(m)
         register_model_gpu_reference(m)
         register_gemm_gpu_reference(m)

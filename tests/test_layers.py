@@ -50,6 +50,7 @@ ORDER = [
     "mojolearn.models._gpu", "mojolearn.models._gpu.program",
     "mojolearn.models._transformer", "mojolearn.models._transformer.block",
     "mojolearn.models._transformer.causal_lm", "mojolearn.models._transformer.parallel",
+    "mojolearn.models._ssm", "mojolearn.models._ssm.config", "mojolearn.models._ssm.model",
     "mojolearn.models._text", "mojolearn.models._text.tokenizer",
     "mojolearn.models.config", "mojolearn.models.loader", "mojolearn.models.block",
     "mojolearn.models.causal_lm", "mojolearn.models.parallel", "mojolearn.models.tokenizer",

@@ -243,3 +243,65 @@ def sin_cos(x: SIMD) -> Tuple[type_of(x), type_of(x)]:
     var r = _sincosf[w](rebind[SIMD[DType.float32, w]](x))
     return (rebind[type_of(x)](r[0]), rebind[type_of(x)](r[1]))
 
+
+
+# ---------------------------------------------------------------- the state-space models
+@always_inline
+def _silu[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: S-1
+    silu(x) = div(x, add(expf(neg(x)), 1)): one division (M-17's SiLU), x read
+    flushed, every step flushed."""
+    comptime F = SIMD[DType.float32, w]
+    var z = _ftz[w](x)
+    return _ftz[w](z / _ftz[w](_expf[w](-z) + F(1)))
+
+
+@always_inline
+def _log1p_s14[w: Int](e: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: S-14
+    log1p(e) for e >= 0 (an expf result, read flushed): +0 for e = +0; for
+    e <= 0x3ED413CD (sqrt(2) - 1) M-8's polynomial and recombination on t = e with
+    exponent 0; otherwise logf(add(e, 1)) by M-8."""
+    comptime F = SIMD[DType.float32, w]
+    var t = _ftz[w](e)
+    var z = _mul[w](t, t)
+    var p = F(7.0376836292e-2)
+    p = _fmaz[w](p, t, F(-1.1514610310e-1))
+    p = _fmaz[w](p, t, F(1.1676998740e-1))
+    p = _fmaz[w](p, t, F(-1.2420140846e-1))
+    p = _fmaz[w](p, t, F(1.4249322787e-1))
+    p = _fmaz[w](p, t, F(-1.6668057665e-1))
+    p = _fmaz[w](p, t, F(2.0000714765e-1))
+    p = _fmaz[w](p, t, F(-2.4999993993e-1))
+    p = _fmaz[w](p, t, F(3.3333331174e-1))
+    var y = _mul[w](_mul[w](t, z), p)
+    var fe = F(0)
+    y = _fmaz[w](fe, F(-2.12194440e-4), y)
+    y = _fmaz[w](F(-0.5), z, y)
+    var r = _ftz[w](t + y)
+    var small = _fmaz[w](fe, F(0.693359375), r)
+    var big = _logf[w](_ftz[w](t + F(1)))
+    var tb = bitcast[DType.uint32, w](t)
+    var out = tb.le(SIMD[DType.uint32, w](0x3ED413CD)).select(small, big)
+    return t.eq(F(0)).select(F(0), out)
+
+
+@always_inline
+def _softplus[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: S-14
+    softplus(x) = x if x > 20, else log1p(expf(x)) (S-14's log1p), x read flushed."""
+    comptime F = SIMD[DType.float32, w]
+    var v = _ftz[w](x)
+    return v.gt(F(20)).select(v, _log1p_s14[w](_expf[w](v)))
+
+
+@always_inline
+def silu(x: SIMD) -> type_of(x):
+    comptime w = x.length
+    return rebind[type_of(x)](_silu[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def softplus(x: SIMD) -> type_of(x):
+    comptime w = x.length
+    return rebind[type_of(x)](_softplus[w](rebind[SIMD[DType.float32, w]](x)))

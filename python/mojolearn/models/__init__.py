@@ -1,4 +1,4 @@
-"""mojolearn.models: transformer models that compute under a numeric profile.
+"""mojolearn.models: transformer and Mamba models that compute under a numeric profile.
 
     from mojolearn.models import CausalLM, Tokenizer
     lm = CausalLM.load("SmolLM2-135M-Instruct.Q4_1.gguf", numeric_profile="fp32_v1")
@@ -26,10 +26,11 @@ from ._exec.device import DeviceTensor
 from ._base.config import ModelConfig, SUPPORTED
 from ._text.tokenizer import Tokenizer
 from ._transformer.parallel import ParallelCausalLM, ParallelGenerationState, LAYOUTS
+from ._ssm.model import MambaState  # also registers the Mamba types with CausalLM.load
 
 __all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
            "SUPPORTED", "WEIGHT_FORMATS", "DeviceTensor", "ParallelCausalLM",
-           "ParallelGenerationState", "LAYOUTS"]
+           "ParallelGenerationState", "LAYOUTS", "MambaState"]
 
 
 def __dir__():

@@ -298,3 +298,68 @@ def int_sums(xq, wq, m: int, n: int, k: int):
         native().int_sums((_a(xq[0]), _a(xq[1]), _a(wq[0]), _a(wq[1]), _a(out), m, n, k, 1,
                            tasks()))
     return out
+
+
+# ------------------------------------------------------------------ the state-space ops (S-*)
+def ssm_norm_lanes(x, w, eps_bits: int, out):
+    """S-10 over the rows of x (rows, n): 32 lanes, a pairwise tree, M-4's scaling."""
+    rows, n = x.shape
+    if rows:
+        native().ssm_norm_lanes((_a(x), x.shape[1], _a(w), _a(out), out.shape[1], rows, n,
+                                 eps_bits, tasks()))
+    return out
+
+
+def ssm_conv(x, col0: int, channels: int, w, bias, window, out, batch: int, length: int,
+             silu: bool):
+    """S-13 over columns [col0, col0 + channels) of the rows of x (batch * length, ldx),
+    the window (batch, channels, 4) read and advanced in place; SiLU after when silu."""
+    if batch and length and channels:
+        native().ssm_conv((_a(x) + 4 * col0, x.shape[1], _a(w), _a(bias), _a(window), _a(out),
+                           out.shape[1], batch, length, channels, int(silu), tasks()))
+    return out
+
+
+def ssm_softplus(x, col0: int, n: int, bias, out, clamp=None):
+    """S-14 / S-19: softplus(add(x[:, col0:col0 + n], bias)), clamped to clamp = (lo
+    bits, hi bits) when given."""
+    rows = x.shape[0]
+    lo, hi = clamp if clamp is not None else (0, 0)
+    if rows and n:
+        native().ssm_softplus((_a(x) + 4 * col0, x.shape[1], _a(bias), _a(out), out.shape[1],
+                               rows, n, int(clamp is not None), lo, hi, tasks()))
+    return out
+
+
+def ssm_neg_exp(a_log):
+    """S-15: A = neg(expf(A_log)), float32 of A_log's shape."""
+    x = np.ascontiguousarray(a_log)
+    out = np.empty_like(x)
+    if x.size:
+        native().ssm_neg_exp((_a(x), _a(out), x.size))
+    return out
+
+
+def mamba1_scan(u, delta, a, xp, b_off: int, c_off: int, d, xz, z_off: int, h, out,
+                batch: int, length: int):
+    """S-17 / S-18 up to the gate: out (batch * length, di) = mul(add(y, mul(u, D)),
+    silu(z)); h (batch, di, 16) advanced in place. z: columns [z_off, z_off + di) of xz."""
+    di = u.shape[1]
+    if batch and length:
+        native().mamba1_scan((
+            _a(u), u.shape[1], _a(delta), delta.shape[1], _a(a), _a(xp), xp.shape[1], b_off,
+            c_off, _a(d), _a(xz) + 4 * z_off, xz.shape[1], _a(h), _a(out), out.shape[1], batch,
+            length, di, tasks()))
+    return out
+
+
+def mamba2_ssd(xbc, dt, a, d, zx, h, open_x, open_dt, seg, cs, out, batch: int, length: int,
+               heads: int, di: int, q0: int):
+    """S-19 .. S-28 from the conv output to the gate: out (batch * length, di); z is
+    columns [0, di) of zx; the state (h, open rows, their caches) advanced in place."""
+    if batch and length:
+        native().mamba2_ssd((
+            _a(xbc), xbc.shape[1], _a(dt), _a(a), _a(d), _a(zx), zx.shape[1], _a(h),
+            _a(open_x), _a(open_dt), _a(seg), _a(cs), _a(out), out.shape[1], batch, length,
+            heads, di, q0, tasks()))
+    return out

@@ -15,7 +15,7 @@ from .._base.state import GenerationState
 from .block import Layer, Proj, check_max_positions, check_weight_format
 from .._exec.device import resolve as _resolve_device
 from .._base.config import ModelConfig
-from .._load.loader import LazyWeights, check_weights, read_model, split_fused
+from .._load.loader import LazyWeights, check_weights, model_type_of, read_model, split_fused
 
 
 # the metadata save_state writes beside the profile's field (resume checks each)
@@ -23,6 +23,9 @@ STATE_KIND_KEY, STATE_KIND = "mojolearn.kind", "generation_state.v1"
 STATE_MODEL_KEY, STATE_FORMAT_KEY = "mojolearn.model", "mojolearn.weight_format"
 STATE_MODE_KEY = "mojolearn.numeric_mode"  # the loosest mode the state was computed under
 _STATE_TENSORS = ("state.kt", "state.meta", "state.v")
+FAMILY_LOADERS: dict = {}
+"""model_type -> the load of a model of another family (filled by models/_ssm: the
+Mamba types), so CausalLM.load takes every checkpoint the package computes."""
 
 
 def _is_int(v) -> bool:
@@ -161,6 +164,12 @@ class CausalLM:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"mojolearn: CausalLM.load: path must be a str or os.PathLike, got "
                             f"{type(path).__name__}")
+        family_load = FAMILY_LOADERS.get(model_type_of(path)) if cls is CausalLM else None
+        if family_load is not None:  # another family's model (the Mamba types)
+            return family_load(path, weight_format=weight_format,
+                               numeric_profile=numeric_profile, max_positions=max_positions,
+                               numeric_mode=numeric_mode, device=device,
+                               _device_backend=_device_backend)
         # refuse a bad profile or format before reading a large file
         _profiles.resolve(numeric_profile, what="numeric_profile", use="inference",
                           family="transformer")

@@ -1,0 +1,1 @@
+"""The state-space model ops (Mamba-1 / Mamba-2; contracts/ops/)."""
