@@ -10,6 +10,8 @@ FP32 = ROOT / "contracts" / "gemm" / "IDENTICAL_FP32_CONTRACT.md"
 LOWBIT = ROOT / "contracts" / "gemm" / "IDENTICAL_LOWBIT_CONTRACT.md"
 OPS = ROOT / "contracts" / "ops" / "IDENTICAL_NN_CONTRACT.md"
 OPS_TESTS = ["test_models.py", "test_nn_elementary.py"]
+SSM = ROOT / "contracts" / "ops" / "IDENTICAL_SSM_CONTRACT.md"
+SSM_TESTS = ["test_models_mamba.py"]
 ARITH = ROOT / "mojo" / "arith"
 KERNEL_TESTS = ["test_convert.py", "test_gemm_fp32.py", "test_gemm_bf16.py",
                 "test_gemm_int.py", "test_identity.py", "test_errors.py"]
@@ -81,9 +83,23 @@ def test_every_ops_rule_has_a_test():
     assert not bad, f"ops tests without a rule id in their docstring: {bad}"
 
 
+def test_every_ssm_rule_has_a_test():
+    """Contracts: every S-n rule of the state-space contract is named by a test, and every
+    test of the Mamba model tests names an S-n rule."""
+    ids = re.findall(r"^## (S-\d+)\b", SSM.read_text(), re.M)
+    assert [f"S-{i}" for i in range(1, 36)] == ids
+    docs = _docstrings()
+    alltext = " ".join(docs.values())
+    missing = [r for r in ids if not re.search(rf"{r}(?!\d)", alltext)]
+    assert not missing, f"state-space rules with no test naming them: {missing}"
+    bad = [f"{f}::{n}" for (f, n), d in docs.items() if f in SSM_TESTS
+           and not re.search(r"S-\d+", d)]
+    assert not bad, f"Mamba tests without a rule id in their docstring: {bad}"
+
+
 def test_contract_test_files_exist():
     """Contracts: every test file a rule cites exists."""
-    for p in (FP32, LOWBIT, OPS):
+    for p in (FP32, LOWBIT, OPS, SSM):
         for name in set(re.findall(r"tests/(test_\w+\.py)", p.read_text())):
             assert (ROOT / "tests" / name).exists(), name
 
