@@ -132,6 +132,16 @@ def run_models(B, threads, quick, torch):
                  (1, n), cont, peer="torch" if hf is not None else None, settle=("torch",))
     over = None
     if row:
+        # where the prefill's time goes (python -m mojolearn profile): one timed run
+        from mojolearn._tools import profile as _prof
+
+        bd = _prof.breakdown(lambda: f32.forward(ids))
+        print(_prof.report(f"    breakdown of one fp32_v1 prefill of {n}", bd, top=5))
+        row["breakdown"] = {"wall_ms": bd["wall_s"] * 1e3,
+                            "categories_ms": {k: v * 1e3 for k, v in bd["categories"].items()},
+                            "products": [{"kernel": nm, "m": m, "n": n_, "k": k, "ms": t * 1e3,
+                                          "calls": c, "gflops": g}
+                                         for nm, m, n_, k, t, c, g in bd["products"]]}
         pairs = [a / b for a, b in zip(row["reps_ms"]["fixed15_v1"], row["reps_ms"]["mojolearn"])]
         over = {"lo": min(pairs), "hi": max(pairs), "median": statistics.median(pairs)}
         row["fixed15_over_fp32"] = over

@@ -59,7 +59,7 @@ ORDER = [
     "mojolearn._torch", "mojolearn._torch.mode", "mojolearn.torch",
     # the tools
     "mojolearn._tools", "mojolearn._tools.quality", "mojolearn._tools.drift",
-    "mojolearn._tools.conformance",
+    "mojolearn._tools.conformance", "mojolearn._tools.profile",
     "mojolearn.quality", "mojolearn.drift", "mojolearn.conformance",
     # the package and its command line
     "mojolearn", "mojolearn.__main__",

@@ -1,4 +1,4 @@
-"""python -m mojolearn conformance ...  (see mojolearn.conformance)."""
+"""python -m mojolearn conformance | quality | drift | profile ...  (see each tool)."""
 import sys
 
 
@@ -8,7 +8,8 @@ def _main() -> int:
         print("usage: python -m mojolearn conformance [--golden FILE] [--export FILE] "
               "[--sabotage] [--quiet] [--every-isa]\n       python -m mojolearn conformance diff A.json B.json\n"
               "       python -m mojolearn quality MODEL --profile fixed15_v1 --builtin prose ...\n"
-              "       python -m mojolearn drift MODEL --mode fast ...")
+              "       python -m mojolearn drift MODEL --mode fast ...\n"
+              "       python -m mojolearn profile MODEL [--tokens N] [--decode N] [--torch]")
         return 0 if args else 2
     if args[0] == "conformance":
         from ._tools.conformance import main
@@ -22,7 +23,12 @@ def _main() -> int:
         from ._tools.drift import main
 
         return main(args[1:])
-    print(f"mojolearn: unknown command {args[0]!r}; commands: conformance, quality, drift",
+    if args[0] == "profile":
+        from ._tools.profile import main
+
+        return main(args[1:])
+    print(f"mojolearn: unknown command {args[0]!r}; commands: conformance, quality, drift, "
+          f"profile",
           file=sys.stderr)
     return 2
 

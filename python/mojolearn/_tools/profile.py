@@ -1,0 +1,237 @@
+"""Where the time of a model call goes: ``python -m mojolearn profile MODEL``.
+
+Times every kernel call a CausalLM makes (the products by shape, with GFLOP/s; the
+attention; the elementwise kernels; the state-space scans) during a prefill and a
+greedy decode, and counts the rest of the wall time as Python, dispatch and copies.
+With ``--torch``, the same prefill in transformers (torch's own profiler, its top ops
+by self time) and inside ``mojolearn.torch.identical()`` (time in mojolearn's products
+and kernels against the whole forward). The timers wrap the kernel calls for the run
+only and add their own small cost to the "Python and copies" line.
+
+    python -m mojolearn profile SmolLM2-135M-Instruct.Q4_1.gguf --tokens 512 --decode 32
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+
+PRODUCTS = {"gemm_prepared", "gemm_int15", "gemm_nt", "quantize15"}
+ATTENTION = {"attention"}
+SCANS = {"mamba1_scan", "mamba2_ssd"}
+ELEMENTWISE = {"rmsnorm", "rope", "silu_mul", "add", "gather", "gather_panels",
+               "ssm_norm_lanes", "ssm_conv", "ssm_softplus", "softmax_rows", "sample_rows"}
+_TIMED = sorted(PRODUCTS | ATTENTION | SCANS | ELEMENTWISE)
+
+
+def _category(name: str) -> str:
+    if name in PRODUCTS:
+        return "products"
+    if name in ATTENTION:
+        return "attention"
+    if name in SCANS:
+        return "state-space scans"
+    return "elementwise kernels"
+
+
+def _shape(name, args):
+    """(m, n, k) of a product call, from its arguments (None when not a product)."""
+    try:
+        if name == "gemm_prepared":
+            return (int(args[1]), int(args[2].n), int(args[2].k))
+        if name == "gemm_int15":
+            return (int(args[3]), int(args[4]), int(args[5]))
+        if name == "gemm_nt":
+            return (int(args[1]), int(args[2].shape[0]), int(args[0].shape[-1]))
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def timed_kernels():
+    """Wrap the model kernels (models/_exec/kernels.py) with timers for the block;
+    yields the record: {name: [seconds, calls]} and {(name, m, n, k): [seconds, calls]}."""
+    from ..models._exec import kernels as K
+
+    rec = {"by_name": {}, "by_shape": {}}
+    orig = {}
+    for name in _TIMED:
+        fn = getattr(K, name, None)
+        if fn is None:
+            continue
+        orig[name] = fn
+
+        def wrap(*args, _fn=fn, _name=name, **kw):
+            t0 = time.perf_counter()
+            try:
+                return _fn(*args, **kw)
+            finally:
+                dt = time.perf_counter() - t0
+                r = rec["by_name"].setdefault(_name, [0.0, 0])
+                r[0] += dt
+                r[1] += 1
+                sh = _shape(_name, args)
+                if sh is not None:
+                    s = rec["by_shape"].setdefault((_name,) + sh, [0.0, 0])
+                    s[0] += dt
+                    s[1] += 1
+
+        setattr(K, name, wrap)
+    try:
+        yield rec
+    finally:
+        for name, fn in orig.items():
+            setattr(K, name, fn)
+
+
+def breakdown(call) -> dict:
+    """Run ``call()`` once under the timers: {"wall_s", "categories": {cat: s},
+    "kernels": {name: (s, calls)}, "products": [(name, m, n, k, s, calls, gflops)]}."""
+    with timed_kernels() as rec:
+        t0 = time.perf_counter()
+        call()
+        wall = time.perf_counter() - t0
+    cats = {}
+    for name, (s, _) in rec["by_name"].items():
+        cats[_category(name)] = cats.get(_category(name), 0.0) + s
+    cats["Python and copies"] = max(0.0, wall - sum(cats.values()))
+    prods = []
+    for (name, m, n, k), (s, c) in rec["by_shape"].items():
+        fl = 2.0 * m * n * k * c
+        prods.append((name, m, n, k, s, c, fl / s / 1e9 if s > 0 else 0.0))
+    prods.sort(key=lambda r: -r[4])
+    return {"wall_s": wall, "categories": cats,
+            "kernels": {k: tuple(v) for k, v in rec["by_name"].items()}, "products": prods}
+
+
+def report(title: str, b: dict, top: int = 8) -> str:
+    lines = [f"{title}: {b['wall_s'] * 1e3:.1f} ms"]
+    for cat, s in sorted(b["categories"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {cat:<22} {s * 1e3:9.1f} ms  {100 * s / b['wall_s']:5.1f}%")
+    if b["products"]:
+        lines.append("  products by shape (m x n x k): ms, calls, GFLOP/s")
+        for name, m, n, k, s, c, g in b["products"][:top]:
+            lines.append(f"    {name:<14} {m:>5} x {n:>6} x {k:>5}  {s * 1e3:8.1f} ms  "
+                         f"{c:>5}  {g:7.1f}")
+    return "\n".join(lines)
+
+
+def torch_profile(fn, top: int = 10) -> str:
+    """torch's own profiler over fn(): its top ops by self CPU time."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+
+
+@contextlib.contextmanager
+def timed_torch_mode():
+    """Times, inside mojolearn.torch.identical(), the products (fp32.v1 through linalg)
+    and the mode's kernel calls; yields {"products": s, "kernels": s}."""
+    from .._torch import mode as M
+
+    rec = {"products": 0.0, "kernels": 0.0}
+    prod, nat = M._product, M._native
+
+    def product(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return prod(*a, **kw)
+        finally:
+            rec["products"] += time.perf_counter() - t0
+
+    class _Timed:
+        def __init__(self, mod):
+            self._mod = mod
+
+        def __getattr__(self, name):
+            f = getattr(self._mod, name)
+
+            def call(*a, **kw):
+                t0 = time.perf_counter()
+                try:
+                    return f(*a, **kw)
+                finally:
+                    rec["kernels"] += time.perf_counter() - t0
+            return call
+
+    M._product = product
+    M._native = lambda: _Timed(nat())
+    try:
+        yield rec
+    finally:
+        M._product, M._native = prod, nat
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mojolearn profile",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="a Hugging Face folder or a .gguf file")
+    ap.add_argument("--tokens", type=int, default=512, help="prefill length (default 512)")
+    ap.add_argument("--decode", type=int, default=32, help="greedy tokens after a 32-token "
+                    "prompt (default 32; 0: none)")
+    ap.add_argument("--profile", default=None, help="numeric_profile (default: the model's)")
+    ap.add_argument("--torch", action="store_true", help="also transformers' forward: torch's "
+                    "own profile, and inside mojolearn.torch.identical()")
+    a = ap.parse_args(argv)
+    import numpy as np
+
+    from ..models import CausalLM
+
+    lm = CausalLM.load(a.model, numeric_profile=a.profile)
+    v = lm.config.vocab_size
+    ids = (np.arange(a.tokens, dtype=np.int64)[None, :] * 7919) % v
+    lm.forward(ids[:, :8])  # warm: packing workspaces, first calls
+    print(report(f"CausalLM.forward, prefill {a.tokens} ({lm.numeric_profile})",
+                 breakdown(lambda: lm.forward(ids))))
+    if a.decode:
+        p = ids[:, :32]
+        print(report(f"CausalLM.generate, {a.decode} tokens after 32",
+                     breakdown(lambda: lm.generate(p, a.decode))))
+    if a.torch:
+        import os
+        import tempfile
+
+        import torch
+        import transformers
+
+        path = a.model
+        if path.endswith(".gguf"):
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "bench"))
+            from hf_export import export_hf
+
+            path = export_hf(a.model, tempfile.mkdtemp(prefix="mojolearn-profile-"))
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+        tids = torch.from_numpy(ids)
+
+        def fwd():
+            with torch.no_grad():
+                return hf(tids).logits
+
+        fwd()
+        t0 = time.perf_counter()
+        fwd()
+        plain = time.perf_counter() - t0
+        print(f"transformers forward, prefill {a.tokens}: {plain * 1e3:.1f} ms; torch's profile:")
+        print(torch_profile(fwd))
+        import mojolearn.torch as mtorch
+
+        with mtorch.identical():
+            fwd()
+            with timed_torch_mode() as rec:
+                t0 = time.perf_counter()
+                fwd()
+                wall = time.perf_counter() - t0
+        rest = max(0.0, wall - rec["products"] - rec["kernels"])
+        print(f"inside mojolearn.torch.identical(): {wall * 1e3:.1f} ms "
+              f"({wall / plain:.2f}x torch alone): products {rec['products'] * 1e3:.1f} ms, "
+              f"the mode's kernels {rec['kernels'] * 1e3:.1f} ms, torch's ops, dispatch and "
+              f"copies {rest * 1e3:.1f} ms")
+    return 0
+
+
+__all__ = ["breakdown", "report", "timed_kernels", "torch_profile", "timed_torch_mode", "main"]
