@@ -9,7 +9,11 @@ case seed per example and the entry's generator builds the case from it. Before
 each case the child writes "entry<TAB>seed" to a progress file, so a crash (a
 signal, an abort in native code) or a hang (faulthandler ends the child after
 CASE_TIMEOUT_S seconds in one case) fails the run naming the case, and the run
-goes on with the next batch. Prints the number of cases tried per entry.
+goes on with the next batch. Prints the number of cases tried per entry. A full run
+(no --entries) then checks resident memory over many calls (tests/memory_run.py) and
+the torch mode, shared models and per-thread modes across threads
+(tests/fuzz_threads.py, tests/threads_battery.py; FUZZ_THREADS_SECONDS per check, 60 by
+default).
 """
 from __future__ import annotations
 
@@ -223,6 +227,59 @@ def memory_check(n, echo=print):
     return out
 
 
+THREADS_SECONDS = float(os.environ.get("FUZZ_THREADS_SECONDS", 60))
+
+
+def threads_check(seconds, seed=0, echo=print):
+    """The torch mode across threads (tests/fuzz_threads.py: switch, blocks, ones), each
+    check in a fresh process for ``seconds`` seconds: a wrong result, an exception in a
+    thread, a crash or a hang is a failure. Skipped without torch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        echo("threads: torch is not installed: skipped")
+        return []
+    out = []
+    for check in ("switch", "blocks", "ones"):
+        cmd = [sys.executable, str(ROOT / "tests" / "fuzz_threads.py"), str(seconds), check,
+               "--seed", str(seed)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=4 * seconds + 600)
+        except subprocess.TimeoutExpired:
+            out.append(f"threads check {check}: hung (no end after {4 * seconds + 600:.0f} s)")
+            continue
+        rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        if not rows:
+            out.append(f"threads check {check}: the child died (exit {r.returncode}); "
+                       f"stderr tail:\n{r.stderr[-3000:]}")
+            continue
+        row = rows[0]
+        if r.returncode not in (0, 1):
+            out.append(f"threads check {check}: the child ended with exit {r.returncode}; "
+                       f"stderr tail:\n{r.stderr[-3000:]}")
+        echo(f"threads: {check}: {seconds:g} s, {row['n_failures']} failures, {row['counts']}")
+        out += [f"threads check {check}: {f}" for f in row["failures"]]
+        if row["n_failures"] > len(row["failures"]):
+            out.append(f"threads check {check}: {row['n_failures'] - len(row['failures'])} "
+                       "more failures")
+    return out
+
+
+def models_threads_check(seconds, echo=print):
+    """Threads sharing one CausalLM and threads switching their own numeric mode
+    (tests/threads_battery.py) for ``seconds`` seconds in a fresh process."""
+    cmd = [sys.executable, str(ROOT / "tests" / "threads_battery.py"), str(seconds)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=4 * seconds + 600)
+    except subprocess.TimeoutExpired:
+        return [f"threads battery (models, modes): hung past {4 * seconds + 600:.0f} s"]
+    echo(r.stdout.strip().splitlines()[0] if r.stdout.strip() else "threads battery: no output")
+    if r.returncode != 0:
+        return [f"threads battery (models, modes): exit {r.returncode}: "
+                f"{(r.stdout + r.stderr)[-3000:]}"]
+    return []
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=int, default=int(os.environ.get("FUZZ_EXAMPLES", 400)))
@@ -254,6 +311,8 @@ def main(argv=None):
     bad = failures(results, crashes)
     if not entries:
         bad += memory_check(10 ** 6, echo=print)
+        bad += threads_check(THREADS_SECONDS, seed=args.seed, echo=print)
+        bad += models_threads_check(THREADS_SECONDS, echo=print)
     for b in bad:
         print("FAIL", b)
     print(f"fuzz: {sum(s.get('cases', 0) for s in results.values())} cases, "

@@ -12,8 +12,9 @@ WHAT IT DOES
     same kernels (dA = dC @ B^T and dB = A^T @ dC are ``aten::mm`` / ``aten::bmm``
     calls), so a training step's products are identical too. Operands are read
     through DLPack without a copy (a transposed operand, such as ``weight.t()``, is
-    passed as the transpose flag: same bits, rule 6.5); results come back as torch
-    tensors sharing the result's memory.
+    passed as the transpose flag: same bits, rule 6.5; a view with torch's lazy
+    negation bit, such as the ``imag`` of a ``conj()`` view, is materialized first);
+    results come back as torch tensors sharing the result's memory.
 
 ADDMM / BADDBMM (rule 10.2 of the fp32 contract)
     ``beta * bias + alpha * (A @ B)`` is computed for ``alpha = 1`` and
@@ -59,9 +60,41 @@ RMSNORM (rule M-31 of the ops contract)
     element, bits independent of threads and batch, but torch's arithmetic, not the
     contract's). A version whose RMSNorm calls ``F.rms_norm`` is covered by M-31.
 
-SCOPE
-    The registration is process-wide (every thread), like any ``torch.library``
-    kernel; ``disable()`` restores torch's kernels.
+SCOPE AND THREADS
+    The mode is one state for the whole process (every thread), like any
+    ``torch.library`` kernel: it is on while any thread has an ``identical()`` block
+    open, or ``enable()`` was called and not ``disable()``d. Switching it is safe at
+    any time from any thread, also while other threads run torch ops. A block keeps
+    its promise whatever other threads do: another thread leaving its block, or
+    calling ``disable()``, does not turn it off (``disable()`` ends only what
+    ``enable()`` started; the mode goes off when the last block closes), and a block
+    whose numeric mode differs from that of other threads' open blocks is refused by
+    name (RuntimeError), as is ``enable(numeric_mode=...)`` with another mode while
+    blocks are open. Within one thread blocks nest: a nested block may change the
+    numeric mode while no other thread has a block open, and restores it at exit. A
+    block naming no numeric mode runs under the one in force at its entry (its
+    enclosing block's in this thread, else ``enable()``'s, else this thread's
+    ``mojolearn.numeric_mode()``). Threads without a block of their own run the
+    mode's kernels while it is on, under the numeric mode in force.
+
+    The first use registers the kernels, and they stay registered for the rest of
+    the process (taking them out while other threads dispatch to them is not safe in
+    torch): off, each covered op passes through a cheap Python check on its way to
+    torch's own kernel, with torch's bits (of the order of a microsecond a call;
+    rms_norm, registered above autograd, a few more).
+
+TORCH.COMPILE
+    While the mode is on, torch.compile's stance is ``force_eager``
+    (``torch.compiler.set_stance``; the stance found is restored when the mode goes
+    off): functions compiled before or inside the block run eagerly, so every op of
+    compiled code reaches the mode's kernels (Inductor would otherwise compute silu,
+    softmax and mean in its own arithmetic, and fails on rms_norm). Nothing is
+    compiled while the mode is on; after it, compiled code runs compiled again. The
+    stance is process-wide too. Switching the mode on inside a function that
+    torch.compile traces or runs is refused by name (enter the block around the call
+    of the compiled function), and so is switching it on with a torch without
+    ``set_stance`` (before 2.6). Code compiled ahead of time (AOTInductor packages) is
+    not torch.compile and is not covered.
 
 CUDA / ROCm TENSORS
     Where this install's GPU build serves the process (``mojolearn.vendor()`` is

@@ -31,10 +31,13 @@ ELEMENTWISE_COVERED = ("aten::silu", "aten::_softmax (last dim)",
 (float32 CPU tensors; other dimensions and dtypes fall through).
 """
 
-_lock = threading.RLock()
-_lib = None
-_orig: dict = {}
-_saved_flash = None
+_lock = threading.RLock()  # guards the state below (not read by the kernels)
+_lib = None          # the registration: made on the first switch-on, never destroyed
+_orig: dict = {}     # (op, dispatch key) -> torch's own kernel
+_on = False          # the mode is on: every registered kernel reads this first
+_explicit = [False, None]  # enable() in force, and the numeric mode it was given
+_blocks: dict = {}   # thread id -> the numeric modes of its open identical() blocks
+_saved: dict = {}    # what switching on changed: the SDP flags, the compiler's stance
 _calls = {"mojolearn": 0, "fallthrough": 0}
 
 
@@ -88,7 +91,7 @@ def _cpu_only(*ts) -> bool:
 def _operand(x):
     """(tensor, transposed): a batch of transposed contiguous matrices is passed as
     its contiguous transpose with the flag (no copy; same bits by rule 6.5)."""
-    x = x.detach()
+    x = _resolved(x)
     if x.dim() >= 2 and not x.is_contiguous():
         xt = x.transpose(-1, -2)
         if xt.is_contiguous():
@@ -125,6 +128,18 @@ def _key_of(args, kwargs) -> str:
     return "CPU"
 
 
+def _resolved(x):
+    """x detached, with torch's lazy negation and conjugation bits applied: a tensor
+    whose is_neg() (or is_conj()) is True keeps the un-negated values in memory, which
+    is what data_ptr() reads (a copy only when a bit is set)."""
+    return x.detach().resolve_conj().resolve_neg()
+
+
+def _dense(x):
+    """The contiguous memory holding x's values (see _resolved)."""
+    return _resolved(x).contiguous()
+
+
 def _fall(name, ks, *args, **kwargs):
     _calls["fallthrough"] += 1
     return _orig[(name, _key_of(args, kwargs))].call_boxed(ks, *args, **kwargs)
@@ -137,7 +152,7 @@ def _bias_add(c, bias, op):
     n = shape[-1]
     size = c.numel() if isinstance(c, _torch.Tensor) else c.size
     rows = size // n if n else 0
-    b = bias.detach()
+    b = _resolved(bias)
     try:
         if b.dim() >= 1 and b.shape[-1] == n and b.stride(-1) == 1 and b.numel() == n:
             y, ldy = b, 0          # one row added to every row
@@ -220,24 +235,35 @@ def _dot(ks, a, b):
     return _tensor(_product(a.unsqueeze(0), b.unsqueeze(1))).reshape(())
 
 
-_ones = None
+_ones = [None]
+_ones_lock = threading.Lock()
+
+
+def _ones_for(n: int):
+    """A float32 CPU tensor of at least n ones. Shared and grown (never shrunk) under
+    a lock; the caller keeps the reference it got while its kernel reads it, so another
+    thread growing the buffer never frees memory a kernel is reading."""
+    with _ones_lock:
+        buf = _ones[0]
+        if buf is None or buf.numel() < n:
+            buf = _torch.ones(max(n, 1 << 16), dtype=_torch.float32)
+            _ones[0] = buf
+        return buf
 
 
 def _silu(ks, x):
     """silu(x) by the models' SiLU kernel (rule M-17: silu_mul with u = 1, and
     mul(s, 1) = s exactly): bits independent of thread count and batch."""
-    global _ones
     if not _cpu_only(x) or x.dim() == 0:
         return _fall("silu", ks, x)
     _calls["mojolearn"] += 1
-    x = x.detach().contiguous()
+    x = _dense(x)
     out = _torch.empty_like(x)
     n = x.shape[-1]
     rows = x.numel() // n if n else 0
     if rows and n:
-        if _ones is None or _ones.numel() < x.numel():
-            _ones = _torch.ones(max(x.numel(), 1 << 16))
-        _native().nn_silu_mul((x.data_ptr(), _ones.data_ptr(), n, out.data_ptr(), n, n, rows,
+        ones = _ones_for(x.numel())
+        _native().nn_silu_mul((x.data_ptr(), ones.data_ptr(), n, out.data_ptr(), n, n, rows,
                                _threads()))
     return out
 
@@ -251,7 +277,7 @@ def _softmax_like(name, log):
         if not _cpu_only(x) or half_to_float or not _last_dim(x, dim) or x.numel() == 0:
             return _fall(name, ks, x, dim, half_to_float)
         _calls["mojolearn"] += 1
-        x = x.detach().contiguous()
+        x = _dense(x)
         out = _torch.empty_like(x)
         n = x.shape[-1]
         _native().nn_softmax((x.data_ptr(), out.data_ptr(), x.numel() // n, n, int(log),
@@ -266,7 +292,7 @@ def _mean_dim(ks, x, dim=None, keepdim=False, *, dtype=None):
             or not _last_dim(x, dims[0]) or x.numel() == 0):
         return _fall("mean.dim", ks, x, dim, keepdim, dtype=dtype)
     _calls["mojolearn"] += 1
-    x = x.detach().contiguous()
+    x = _dense(x)
     n = x.shape[-1]
     out = _torch.empty(x.shape[:-1], dtype=_torch.float32)
     _native().nn_mean((x.data_ptr(), out.data_ptr(), x.numel() // n, n, _threads()))
@@ -296,17 +322,14 @@ def _f32_bits(eps) -> int:
 
 def _rms_norm_compute(x, normalized_shape, weight, eps):
     """M-31: the models' RMSNorm kernel (M-4) over rows of the normalized elements."""
-    global _ones
-    x = x.detach().contiguous()
+    x = _dense(x)
     d = 1
     for s in normalized_shape:
         d *= int(s)
     if weight is None:          # w_j = 1: mul(1, t) = t exactly
-        if _ones is None or _ones.numel() < d:
-            _ones = _torch.ones(max(d, 1 << 16))
-        w = _ones
+        w = _ones_for(d)
     else:
-        w = weight.detach().contiguous()
+        w = _dense(weight)
     out = _torch.empty_like(x)
     _native().nn_rmsnorm((x.data_ptr(), d, w.data_ptr(), out.data_ptr(), d, x.numel() // d, d,
                           _f32_bits(eps), _threads()))
@@ -410,11 +433,6 @@ _KERNELS = {
 }
 
 
-def is_enabled() -> bool:
-    """True while the mode's kernels are registered (between ``enable()`` and ``disable()``)."""
-    return _lib is not None
-
-
 _GPU_KERNELS = ("mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out", "baddbmm", "mv", "dot",
                 "addmv", "addbmm", "addr")  # registered for CUDA when gpu_covered()
 _SDP = ("flash", "mem_efficient", "cudnn")
@@ -431,79 +449,213 @@ def _sdp_set(state):
         getattr(b, f"enable_{k}_sdp")(v)
 
 
-_mode = [None]  # the numeric_mode enable() was given (None: the process mode per call)
+_mode = [None]  # the numeric mode in force (None: the calling thread's process mode per call)
+
+
+def is_enabled() -> bool:
+    """True while the mode is on: an ``identical()`` block is open in some thread, or
+    ``enable()`` was called and not ``disable()``d."""
+    return _on
 
 
 def numeric_mode() -> str:
-    """The numeric mode the registered kernels run under: the one ``enable`` /
-    ``identical`` was given, else the process mode (``mojolearn.numeric_mode()``) at
-    the time of each call."""
+    """The numeric mode the products run under now: while ``identical()`` blocks are
+    open, theirs (one for every open block, see ``identical``); else the one ``enable``
+    was given; else the process mode (``mojolearn.numeric_mode()``) at the time of each
+    call."""
     from .._table import modes
 
     return _mode[0] or modes.numeric_mode()
 
 
-def enable(numeric_mode=None) -> None:
-    """Register the kernels (process-wide) until ``disable()``. ``numeric_mode``: the
-    promise the products run under (``identical`` by default through the process
-    mode; ``deterministic`` / ``fast`` run the looser fixed orders of
-    ``mojolearn.modes``); checked at once."""
-    global _lib, _saved_flash
-    from .._table import modes
+def _gated(name, key, kernel):
+    """What is registered for (op, dispatch key): torch's own kernel while the mode is
+    off (one check of a flag: the registration stays for the rest of the process), the
+    mode's kernel while it is on."""
+    own = (name, key)
 
-    with _lock:
-        if numeric_mode is not None:
-            _mode[0] = modes.resolve(numeric_mode)
-        if _lib is not None:
-            return
-        keys = [("CPU", tuple(_KERNELS))]
-        if gpu_covered():
-            keys.append(("CUDA", _GPU_KERNELS))
+    def gated(ks, *args, **kwargs):
+        if not _on:
+            return _orig[own].call_boxed(ks, *args, **kwargs)
+        return kernel(ks, *args, **kwargs)
+    return gated
+
+
+def _register():
+    """Register the kernels once (torch.library), for the rest of the process: taking a
+    registration out while other threads dispatch to it is not safe in torch, so it is
+    never taken out; off, every kernel calls torch's own."""
+    global _lib
+    if _lib is not None:
+        return
+    keys = [("CPU", tuple(_KERNELS))]
+    if gpu_covered():
+        keys.append(("CUDA", _GPU_KERNELS))
+    for key, names in keys:
+        for name in names:
+            if (name, key) not in _orig:
+                _orig[(name, key)] = _torch.library.get_kernel(f"aten::{name}", key)
+    lib = _torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         for key, names in keys:
             for name in names:
-                if (name, key) not in _orig:
-                    _orig[(name, key)] = _torch.library.get_kernel(f"aten::{name}", key)
-        lib = _torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for key, names in keys:
-                for name in names:
-                    lib.impl(name, _KERNELS[name], key, with_keyset=True)
-            for name in _AUTOGRAD_TOO:
-                lib.impl(name, _KERNELS[name], "AutogradCPU", with_keyset=True)
-        _saved_flash = _sdp_state()
-        # sdpa then takes its math path (bmm): on the CPU the flash switch decides, on
-        # a GPU the memory-efficient and cuDNN kernels too
-        _sdp_set({k: False for k in _saved_flash if k == "flash" or len(keys) > 1})
-        _lib = lib
+                lib.impl(name, _gated(name, key, _KERNELS[name]), key, with_keyset=True)
+        for name in _AUTOGRAD_TOO:   # torch's kernel there is the CPU one's composite
+            lib.impl(name, _gated(name, "CPU", _KERNELS[name]), "AutogradCPU",
+                     with_keyset=True)
+    _lib = lib
+
+
+def _force_eager():
+    """Set torch.compile's stance to force_eager (compiled functions run eagerly, so
+    every op reaches the mode's kernels); returns what restores the stance found."""
+    set_stance = getattr(getattr(_torch, "compiler", None), "set_stance", None)
+    if set_stance is None:
+        raise RuntimeError(
+            f"mojolearn: mojolearn.torch needs torch.compiler.set_stance (torch 2.6 or "
+            f"later) to run torch.compile'd code eagerly while the mode is on; this torch "
+            f"is {_torch.__version__}: upgrade torch to use the mode")
+    refusal = ("mojolearn: mojolearn.torch can not be switched on inside a function that "
+               "torch.compile traces or runs (torch does not let the compiler's stance "
+               "change there); enter mojolearn.torch.identical() around the call of the "
+               "compiled function")
+    if _torch.compiler.is_compiling():
+        raise RuntimeError(refusal)
+    try:
+        return set_stance("force_eager")
+    except RuntimeError:
+        raise RuntimeError(refusal) from None
+
+
+def _update():
+    """Bring the process-wide state in line with the open blocks and enable(): the
+    numeric mode in force, and the switch (registering on first use; saving the SDP
+    flags and the compiler's stance when the mode goes on, restoring them when it goes
+    off). Called with _lock held; raises before changing anything when the mode can not
+    go on."""
+    global _on
+    on = bool(_blocks) or _explicit[0]
+    if on and not _on:
+        stance = _force_eager()
+        try:
+            _register()
+            flags = _sdp_state()
+            # sdpa then takes its math path (bmm): on the CPU the flash switch decides,
+            # on a GPU the memory-efficient and cuDNN kernels too
+            _sdp_set({k: False for k in flags if k == "flash" or gpu_covered()})
+        except BaseException:
+            stance.__exit__(None, None, None)
+            raise
+        _saved.update(flags=flags, stance=stance)
+    # one thread's blocks: its innermost; several threads': all the same mode (_admit)
+    _mode[0] = next(iter(_blocks.values()))[-1] if _blocks else _explicit[1]
+    if _on and not on:
+        _on = False
+        _sdp_set(_saved.pop("flags"))
+        _saved.pop("stance").__exit__(None, None, None)
+    _on = on
+
+
+def _held() -> list:
+    """The numeric modes of every open block (sorted, once each)."""
+    return sorted({m for stack in _blocks.values() for m in stack})
+
+
+def _admit(me, mode, asked) -> None:
+    """Refuse a block of thread ``me`` under ``mode`` that would change the mode of
+    other threads' open blocks (now, or when a nested block closes)."""
+    others = [s for tid, s in _blocks.items() if tid != me]
+    if not others or _held() == [mode]:
+        return
+    now = _mode[0]
+    later = [m for m in _held() if m != now]
+    call = "mojolearn.torch.identical(" + ("" if asked is None else f"numeric_mode={asked!r}") + ")"
+    why = "" if asked is not None else " (the mode in force in this thread at entry)"
+    raise RuntimeError(
+        f"mojolearn: {call} asks for numeric mode {mode!r}{why} while blocks of other "
+        f"threads are open under numeric mode {now!r}"
+        + (f" (and {', '.join(map(repr, later))} once nested blocks close)" if later else "")
+        + "; the torch mode is one state for the whole process, so this block would "
+        "change the arithmetic of theirs. Run every concurrent block under the same "
+        "numeric_mode, or enter this one after theirs have closed")
+
+
+def enable(numeric_mode=None) -> None:
+    """Switch the mode on for the whole process (every thread) until ``disable()``.
+    ``numeric_mode``: the promise the products run under (``identical`` by default
+    through the process mode; ``deterministic`` / ``fast`` run the looser fixed orders
+    of ``mojolearn.modes``); checked at once. While ``identical()`` blocks are open
+    their numeric mode holds: a different ``numeric_mode`` is refused by name. The
+    first switch-on registers the kernels for the rest of the process."""
+    from .._table import modes
+
+    asked = None if numeric_mode is None else modes.resolve(numeric_mode)
+    with _lock:
+        if asked is not None and _blocks and _held() != [asked]:
+            raise RuntimeError(
+                f"mojolearn: mojolearn.torch.enable(numeric_mode={asked!r}) while "
+                f"identical() blocks are open under numeric mode "
+                f"{', '.join(map(repr, _held()))}: it would change their arithmetic. Call "
+                "it once they have closed, or give the blocks the numeric_mode")
+        old = list(_explicit)
+        _explicit[0] = True
+        if asked is not None:
+            _explicit[1] = asked
+        try:
+            _update()
+        except BaseException:
+            _explicit[:] = old
+            raise
 
 
 def disable() -> None:
-    """Restore torch's own kernels."""
-    global _lib
+    """End what ``enable()`` switched on. The mode stays on while ``identical()``
+    blocks are open (this thread's or other threads': ``disable()`` never turns off a
+    block), and goes off when the last closes. Off, torch's own kernels compute: the
+    registered kernels stay, each calling torch's after one check."""
     with _lock:
-        if _lib is None:
-            return
-        _lib._destroy()
-        _lib = None
-        _mode[0] = None
-        if _saved_flash is not None:
-            _sdp_set(_saved_flash)
+        _explicit[:] = [False, None]
+        _update()
 
 
 @contextlib.contextmanager
 def identical(numeric_mode=None):
     """``with mojolearn.torch.identical():`` every float32 CPU product inside runs
-    fp32.v1, including the products of a ``backward()`` called inside. Nests;
-    restores the state it found. ``numeric_mode`` (checked at once) runs the products
-    under that promise instead (see ``enable``)."""
+    fp32.v1, including the products of a ``backward()`` called inside. The mode is one
+    state for the process: on while any thread has a block open (or ``enable()`` is in
+    force), and a block's products run under its promise whatever other threads do.
+    ``numeric_mode`` (checked at once) runs the products under that promise instead
+    (see ``enable``); naming none, a block runs under the mode in force at its entry:
+    its enclosing block's in this thread, else ``enable()``'s, else this thread's
+    ``mojolearn.numeric_mode()``. Nests in a thread (a nested block may change the
+    numeric mode while no other thread has a block open, and restores it at exit). A
+    block whose numeric mode differs from that of other threads' open blocks is refused
+    by name (RuntimeError)."""
+    from .._table import modes
+
+    asked = None if numeric_mode is None else modes.resolve(numeric_mode)
+    me = threading.get_ident()   # the thread that entered: its block ends at exit
     with _lock:
-        was, old = is_enabled(), _mode[0]
-        enable(numeric_mode)
+        mine = _blocks.get(me)
+        mode = asked or (mine[-1] if mine else (_explicit[1] or modes.numeric_mode()))
+        _admit(me, mode, asked)
+        _blocks.setdefault(me, []).append(mode)
+        try:
+            _update()
+        except BaseException:
+            _close(me)
+            raise
     try:
         yield
     finally:
-        if not was:
-            disable()
-        else:
-            _mode[0] = old
+        with _lock:
+            _close(me)
+            _update()
+
+
+def _close(me) -> None:
+    stack = _blocks[me]
+    stack.pop()
+    if not stack:
+        del _blocks[me]
