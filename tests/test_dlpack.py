@@ -241,3 +241,22 @@ def test_mojolearn_array_through_dlpack_is_itself():
     b = rnd(8, 2)
     assert bits(linalg.matmul(OnlyDLPack(a), b)) == bits(linalg.matmul(a, b))
     assert isinstance(mojolearn.Array, type)
+
+
+def test_a_torch_negative_view_is_refused_not_read_unnegated():
+    """Issue 43 item 11: a torch tensor with its lazy negation bit (torch._neg_view, the
+    imaginary part of a conjugated complex tensor) exports its memory un-negated through
+    DLPack, so linalg.matmul silently computed with the wrong sign; now refused by name,
+    and its resolve_neg() copy gives the bits of the negated values."""
+    torch = pytest.importorskip("torch")
+    from mojolearn import linalg
+
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 2)
+    neg = torch._neg_view(x)
+    assert neg.is_neg()
+    with pytest.raises(ValueError, match="lazy negation bit.*resolve_neg"):
+        linalg.matmul(neg, w)
+    got = np.asarray(linalg.matmul(neg.resolve_neg(), w))
+    want = np.asarray(linalg.matmul((-x).contiguous(), w))
+    assert got.tobytes() == want.tobytes()

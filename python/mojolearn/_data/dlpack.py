@@ -228,6 +228,17 @@ def read(obj, *, func: str, arg: str, device_ok: bool = False):
                 f"{arg}.detach(), or run the torch model inside mojolearn.torch.identical() "
                 "(its products have backwards)"
             )
+        lazy = [nm for nm in ("is_neg", "is_conj")
+                if callable(getattr(obj, nm, None)) and getattr(obj, nm)() is True]
+        if lazy:
+            # torch exports such a view's memory as it is stored, without the pending
+            # negation / conjugation: its values would be read with the wrong sign
+            fix = "resolve_neg()" if lazy[0] == "is_neg" else "resolve_conj()"
+            raise ValueError(
+                f"mojolearn: {func}: {arg} is a torch view with its lazy "
+                f"{'negation' if lazy[0] == 'is_neg' else 'conjugation'} bit set, and its "
+                f"memory holds the values before it; pass {arg}.{fix} (a materialized copy)"
+            )
         dev_fn = getattr(obj, "__dlpack_device__", None)
         on_device = False
         if dev_fn is not None:
