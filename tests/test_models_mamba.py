@@ -346,3 +346,45 @@ def test_against_transformers(tmp_path, fam):
         for _ in range(6):
             seq.append(int(torch.argmax(model(torch.tensor([seq])).logits[0, -1])))
     assert list(np.asarray(lm.generate(np.array([seq[:3]]), 6))[0]) == seq
+
+
+def test_a_mamba_gguf_is_refused_by_name(tmp_path):
+    """S-15: llama.cpp's converter stores A = -exp(A_log) (torch's exp), not A_log, so a
+    Mamba GGUF cannot compute A by S-15: refused by name, pointing at the HF folder."""
+    gguf = pytest.importorskip("gguf")
+    p = tmp_path / "m.gguf"
+    wr = gguf.GGUFWriter(str(p), "mamba")
+    wr.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    with pytest.raises(NotImplementedError, match="'mamba' is refused.*S-15.*Hugging Face folder"):
+        CausalLM.load(p)
+
+
+@pytest.mark.parametrize("name", ["m1", "m2_limit"])
+def test_blocks_alone_equal_the_oracle(models, name):
+    """S-9 S-10 S-16 S-19 S-30 S-32: Mamba1Block / Mamba2Block built from one layer's
+    tensors give x + mixer(norm(x)) of the oracle from a zero state, bit for bit, under
+    both weight formats; naming fixed15_v1 is refused."""
+    from mojolearn.models import Mamba1Block, Mamba2Block
+
+    _, cfg, w = models[name]
+    pre = "backbone.layers.1."
+    bw = {k[len(pre):]: v for k, v in w.items() if k.startswith(pre)}
+    cls = Mamba1Block if name == "m1" else Mamba2Block
+    kw = {"time_step_limit": cfg["time_step_limit"]} if "time_step_limit" in cfg else {}
+    x = np.random.default_rng(21).standard_normal((2, 7, cfg["hidden_size"])).astype(np.float32)
+    oc = SO.load_config(dict(cfg, num_hidden_layers=1))
+    for fmt in ("float32", "int8"):
+        blk = cls(bw, d_model=cfg["hidden_size"], weight_format=fmt, **kw)
+        assert blk.numeric_profile == "fp32_v1"
+        p = {k[len("mixer."):]: (SO.materialize(v, fmt) if k.endswith("proj.weight") else v)
+             for k, v in bw.items() if k.startswith("mixer.")}
+        xn = SO.rmsnorm_lanes(x, bw["norm.weight"])
+        mixer = SO.mamba1_mixer if name == "m1" else SO.mamba2_mixer
+        out, _ = mixer(p, oc, xn, SO.init_state(oc, 2)[0])
+        _same(blk.forward(x), SO.add(x, out), fmt)
+    with pytest.raises(NotImplementedError, match="does not compute family"):
+        cls(bw, d_model=cfg["hidden_size"], numeric_profile="fixed15_v1", **kw)

@@ -26,11 +26,11 @@ from ._exec.device import DeviceTensor
 from ._base.config import ModelConfig, SUPPORTED
 from ._text.tokenizer import Tokenizer
 from ._transformer.parallel import ParallelCausalLM, ParallelGenerationState, LAYOUTS
-from ._ssm.model import MambaState  # also registers the Mamba types with CausalLM.load
+from ._ssm.model import MambaState, Mamba1Block, Mamba2Block  # also registers the Mamba types with CausalLM.load
 
 __all__ = ["CausalLM", "TransformerBlock", "GenerationState", "ModelConfig", "Tokenizer",
            "SUPPORTED", "WEIGHT_FORMATS", "DeviceTensor", "ParallelCausalLM",
-           "ParallelGenerationState", "LAYOUTS", "MambaState"]
+           "ParallelGenerationState", "LAYOUTS", "MambaState", "Mamba1Block", "Mamba2Block"]
 
 
 def __dir__():

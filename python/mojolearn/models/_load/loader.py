@@ -378,6 +378,12 @@ def _unpermute(w, n_head):
 
 def gguf_config(reader) -> ModelConfig:
     arch = _gguf_value(reader, "general.architecture")
+    if arch in ("mamba", "mamba2"):
+        raise NotImplementedError(
+            f"mojolearn: GGUF general.architecture {arch!r} is refused: llama.cpp's converter "
+            f"stores A = -exp(A_log) computed by torch, not A_log, so the model could not "
+            f"compute A by rule S-15 (its bits would be another model's); load the Hugging "
+            f"Face folder instead")
     if arch not in GGUF_ARCHS:
         raise NotImplementedError(
             f"mojolearn: GGUF general.architecture {arch!r} is not supported; "

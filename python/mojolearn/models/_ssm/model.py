@@ -381,7 +381,88 @@ class MambaLM(CausalLM):
         return st
 
 
+class _MambaBlock:
+    """One Mamba block as a module of its own (S-9: x + mixer(norm(x))), from a zero
+    state at position 0. ``weights``: the layer's tensors as a checkpoint names them
+    under ``backbone.layers.{i}.`` (``norm.weight``, ``mixer.in_proj.weight``, ...),
+    float32. With no profile named it computes fp32_v1 whatever the process default;
+    naming fixed15_v1 is refused (S-32). ``weight_format`` packs the projections (S-30)."""
+
+    _model_type = ""
+
+    def __init__(self, weights, *, d_model, weight_format="float32", numeric_profile=None,
+                 numeric_mode=None, time_step_limit=None):
+        f = type(self).__name__
+        d_model = count(d_model, f"{f}: d_model")
+        raw = {"model_type": self._model_type, "hidden_size": d_model, "num_hidden_layers": 1,
+               "vocab_size": 1}
+        if time_step_limit is not None:
+            raw["time_step_limit"] = list(time_step_limit)
+        self.config = cfg = MambaConfig.from_dict(raw)
+        self.family = cfg.family
+        self.numeric_mode = _modes.resolve(numeric_mode)
+        self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
+                                                 use="inference", family=cfg.family)
+        self.weight_format = check_weight_format(weight_format)
+        if not isinstance(weights, dict):
+            raise TypeError(f"mojolearn: {f}: weights must be a dict, got "
+                            f"{type(weights).__name__}")
+        want = {k[len("backbone.layers.0."):]: v for k, v in expected_shapes(cfg).items()
+                if k.startswith("backbone.layers.0.")}
+        for name, shape in want.items():
+            if name not in weights:
+                raise ValueError(f"mojolearn: {f}: weights lack {name!r}")
+            if tuple(np.asarray(weights[name]).shape) != shape:
+                raise ValueError(f"mojolearn: {f}: {name!r} has shape "
+                                 f"{tuple(np.asarray(weights[name]).shape)}, expected {shape}")
+        extra = sorted(set(weights) - set(want))
+        if extra:
+            raise ValueError(f"mojolearn: {f}: weights hold {extra[0]!r}, which this block does "
+                             f"not read; it reads {sorted(want)}")
+        self._layer = _Layer(lambda n: _f32(weights[n], n, f), "", cfg, weight_format,
+                             self.numeric_mode)
+        self.d = d_model
+
+    def __call__(self, x):
+        return self.forward(x)
+
+    def forward(self, x):
+        """x (batch, length, d_model) float32 -> the block's output, same shape."""
+        f = type(self).__name__
+        x = np.asarray(x)
+        if x.dtype != np.float32:
+            raise TypeError(f"mojolearn: {f}.forward: x must be float32, got {x.dtype} "
+                            f"(mojolearn never casts silently)")
+        if x.ndim != 3 or x.shape[2] != self.d:
+            raise ValueError(f"mojolearn: {f}.forward: x must be (batch, length, {self.d}), got "
+                             f"{x.shape}")
+        B, L, _ = x.shape
+        xs = np.array(x.reshape(B * L, self.d), dtype=np.float32, order="C")
+        if B and L:
+            st = MambaState("block", self.numeric_profile, self.config, B, L)
+            self._layer.forward(xs, B, L, st, 0, 0)
+        return xs.reshape(B, L, self.d)
+
+
+class Mamba1Block(_MambaBlock):
+    """One Mamba-1 block alone (S-9, S-16 .. S-18): ``Mamba1Block(weights, d_model=...,
+    weight_format="float32", numeric_profile=None, numeric_mode=None)``; weights named as
+    under ``backbone.layers.{i}.`` of a checkpoint; ``forward(x)`` (batch, length,
+    d_model) from a zero state. fp32_v1 only (S-32)."""
+    _model_type = "mamba"
+
+
+class Mamba2Block(_MambaBlock):
+    """One Mamba-2 block alone (S-9, S-19 .. S-25): ``Mamba2Block(weights, d_model=...,
+    weight_format="float32", numeric_profile=None, numeric_mode=None,
+    time_step_limit=None)``; weights named as under ``backbone.layers.{i}.`` of a
+    checkpoint; ``forward(x)`` (batch, length, d_model) from a zero state. fp32_v1 only
+    (S-32)."""
+    _model_type = "mamba2"
+
+
 # CausalLM.load hands these model types to MambaLM.load
 FAMILY_LOADERS.update({"mamba": MambaLM.load, "mamba2": MambaLM.load})
 
-__all__ = ["MambaLM", "MambaState", "MambaConfig", "expected_shapes"]
+__all__ = ["MambaLM", "MambaState", "MambaConfig", "Mamba1Block", "Mamba2Block",
+           "expected_shapes"]
