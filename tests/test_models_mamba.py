@@ -388,3 +388,47 @@ def test_blocks_alone_equal_the_oracle(models, name):
         _same(blk.forward(x), SO.add(x, out), fmt)
     with pytest.raises(NotImplementedError, match="does not compute family"):
         cls(bw, d_model=cfg["hidden_size"], numeric_profile="fixed15_v1", **kw)
+
+
+_ISA_CHILD = r"""
+import hashlib, sys
+import numpy as np
+from mojolearn.models import CausalLM
+for path in sys.argv[1:]:
+    lm = CausalLM.load(path)
+    ids = (np.arange(21, dtype=np.int64).reshape(1, 21) * 7) % lm.config.vocab_size
+    st = lm.allocate_state(1, 21)
+    a = lm.forward(ids[:, :15], st)
+    b = np.concatenate([lm.step(ids[:, t:t + 1], st)[:, None] for t in range(15, 21)], axis=1)
+    print(hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest()[:16])
+"""
+
+
+def test_every_cpu_build_gives_the_same_bits(models):
+    """S-29: every CPU build this CPU runs (MOJOLEARN_ISA forces each, in its own process)
+    gives the same Mamba-1 and Mamba-2 prefill and decode bits as this process."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from mojolearn._core import cpu as _cpu
+
+    paths = [models["m1_tied"][0], models["m2"][0]]
+    want = []
+    for path in paths:
+        lm = CausalLM.load(path)
+        ids = (np.arange(21, dtype=np.int64).reshape(1, 21) * 7) % lm.config.vocab_size
+        st = lm.allocate_state(1, 21)
+        a = lm.forward(ids[:, :15], st)
+        b = np.concatenate([lm.step(ids[:, t:t + 1], st)[:, None] for t in range(15, 21)], axis=1)
+        want.append(hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest()[:16])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ok = _cpu.runnable()
+    assert "v3" in ok
+    for name in ok:
+        env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(root, "python"))
+        env.pop("MOJOLEARN_NATIVE", None)
+        r = subprocess.run([sys.executable, "-c", _ISA_CHILD] + paths, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split() == want, f"isa {name}: {r.stdout.split()} != {want}"
