@@ -2490,6 +2490,110 @@ def gen_models_block(rng, tmp):
                 after=after if kind > 7 else None)
 
 
+_MAMBA_CFG = {
+    "mamba1": dict(model_type="mamba", vocab_size=29, hidden_size=32, num_hidden_layers=1,
+                   tie_word_embeddings=True),
+    "mamba2": dict(model_type="mamba2", vocab_size=29, hidden_size=64, num_hidden_layers=1,
+                   n_groups=1, head_dim=64, num_heads=2, chunk_size=256,
+                   tie_word_embeddings=True),
+}
+
+
+def gen_models_mamba(rng, tmp):
+    """Mamba1Block / Mamba2Block and a Mamba CausalLM's state (MambaState): hostile
+    d_model, profile, format, weights (unknown, missing, misshapen, float64, NaN), x
+    (dtype, shape), and steps on a state changed from outside; a good block gives the
+    oracle's bits (tests/mamba_oracle.py), a good state's arrays() its own arrays."""
+    from tests import mamba_oracle as SO
+    from mojolearn.models import CausalLM, Mamba1Block, Mamba2Block
+
+    fam = _pick(rng, ["mamba1", "mamba2"])
+    cfg = _MAMBA_CFG[fam]
+    w = SO.random_weights(cfg, seed=int(rng.integers(0, 1000)))
+    bw = {k[len("backbone.layers.0."):]: v for k, v in w.items()
+          if k.startswith("backbone.layers.0.")}
+    cls = Mamba1Block if fam == "mamba1" else Mamba2Block
+    d = cfg["hidden_size"]
+    kw = dict(d_model=d)
+    B, L = int(rng.integers(0, 3)), int(rng.integers(0, 5))
+    x = rng.standard_normal((B, L, d)).astype(F32)
+    kind = int(rng.integers(0, 9))
+    expect, names, label, xin = "error", (), "", x
+    if kind in (0, 1, 2):
+        expect, label = "ok", "valid"
+    elif kind == 3:
+        k, v = _pick(rng, [("d_model", 0), ("d_model", -1), ("d_model", 1.5), ("d_model", True),
+                           ("d_model", "8"), ("d_model", None), ("weight_format", "int4"),
+                           ("numeric_profile", "fixed15_v1"), ("numeric_profile", "int8_v1")])
+        kw[k] = v
+        label, names = f"{k}={v!r}", (k, repr(v), "family", "int8_v1")
+    elif kind == 4:
+        bw = dict(bw)
+        how = _pick(rng, ["unknown", "missing", "shape", "f64", "nan"])
+        n = _pick(rng, sorted(bw))
+        if how == "unknown":
+            bw["mixer.extra"] = np.zeros(2, F32)
+            n = "mixer.extra"
+        elif how == "missing":
+            del bw[n]
+        elif how == "shape":
+            bw[n] = np.zeros(bw[n].shape + (1,), F32)
+        elif how == "f64":
+            bw[n] = bw[n].astype(np.float64)
+        else:
+            a = bw[n].copy()
+            a.reshape(-1)[0] = np.nan
+            bw[n] = a
+        label, names = f"weights {how} {n}", (n,)
+    elif kind == 5:
+        bw = _pick(rng, [None, list(bw.items()), "w"])
+        label, names = f"weights {type(bw).__name__}", ("dict",)
+    elif kind == 6:
+        xin = _pick(rng, [x.astype(np.float64), x[..., :-1], None, "x", x.reshape(-1, d)])
+        label, names = f"x {type(xin).__name__}", ("float32", "batch", "x")
+    else:
+        # a model's state changed from outside, then stepped: refused, and the state is
+        # the model's own arrays (arrays()) when left alone
+        path = os.path.join(tmp, f"mamba-{fam}")
+        if not os.path.exists(path):
+            SO.write_checkpoint(path, dict(cfg), w)
+        lm = CausalLM.load(path)
+        st = lm.allocate_state(1, 4)
+        how = _pick(rng, ["h dtype", "conv shape", "none"])
+        if how == "h dtype":
+            st.h = st.h.astype(np.float64)
+        elif how == "conv shape":
+            st.conv = st.conv[:, :, :-1]
+
+        def call_state():
+            if how == "none":
+                out = lm.step([[1]], st)
+                assert set(st.arrays()) >= {"state.conv", "state.h"}
+                assert st.arrays()["state.h"] is st.h
+                return out
+            return lm.step([[1]], st)
+
+        return Case(f"models.mamba {fam} state {how}", call_state,
+                    "ok" if how == "none" else "error", None, ("changed from outside",))
+
+    def call():
+        blk = cls(bw, **kw)
+        return blk, blk(xin)
+
+    def check(res):
+        blk_, out = res
+        assert out.dtype == F32 and out.shape == x.shape
+        if x.size:
+            oc = SO.load_config(dict(cfg))
+            p = {k[len("mixer."):]: v for k, v in bw.items() if k.startswith("mixer.")}
+            xn = SO.rmsnorm_lanes(x, bw["norm.weight"])
+            mixer = SO.mamba1_mixer if fam == "mamba1" else SO.mamba2_mixer
+            want, _ = mixer(p, oc, xn, SO.init_state(oc, B)[0])
+            _same_as_oracle(out, SO.add(x, want), "mamba block vs oracle")
+
+    return Case(f"models.mamba {fam} {B}x{L} {label}", call, expect, check, names)
+
+
 def gen_models_tokenizer(rng, tmp):
     """Tokenizer.load / encode / decode / check_model: hostile paths, texts and ids
     (floats, bools, outside the vocabulary, 2-D); good calls give the tokenizers
@@ -2680,6 +2784,7 @@ ENTRIES = [
     ("models.load", gen_models_load),
     ("models.CausalLM/ModelConfig", gen_models_constructor),
     ("models.TransformerBlock", gen_models_block),
+    ("models.mamba", gen_models_mamba),
     ("models.Tokenizer", gen_models_tokenizer),
     ("models.ParallelCausalLM", gen_models_parallel),
 ]

@@ -94,6 +94,8 @@ def test_every_public_model_entry_is_in_the_table():
             ".resume", ".generate", ".generate_text")},
         "ParallelCausalLM.held": None, "ParallelCausalLM.close": None,  # no argument
         "ParallelGenerationState": "models.ParallelCausalLM",
+        "Mamba1Block": "models.mamba", "Mamba2Block": "models.mamba",
+        "MambaState": "models.mamba", "MambaState.arrays": "models.mamba",
         # made only by a model on a GPU (forward(..., output="device")): no GPU here to
         # make one; tests/test_gpu_model.py checks it through the reference backend
         "DeviceTensor": None, "DeviceTensor.numpy": None,

@@ -273,8 +273,6 @@ class MambaLM(CausalLM):
         if state.model_key != self._key:
             raise ValueError(f"mojolearn: {func}: state was made for another model or profile "
                              f"({state.model_key!r}); this model is {self._key!r}")
-        fresh = MambaState.__new__(MambaState)
-        fresh.family = self.family
         c, n = self.config, state.batch_size
         shapes = {"state.conv": (c.num_hidden_layers, n, c.conv_channels, 4)}
         if self.family == "mamba1":
