@@ -364,11 +364,22 @@ def ssd2_unit_range(s: Ssd2Args, u0: Int, u1: Int):
             for i in range(first, real):
                 # seg(i, j) = add(seg(i - 1, j), dA[i]) for j < i; seg(i, i) = +0
                 var dai = F1(dav.unsafe_load(i))
-                for j in range(i):
+                var jj = 0
+                while jj + W <= i:  # lanes are independent columns: the same chains
+                    var sv = segr.unsafe_offset(jj).unsafe_load[width=W](0)
+                    segr.unsafe_offset(jj).unsafe_store(0, ftz(sv + FW(dai[0])))
+                    jj += W
+                for j in range(jj, i):
                     segr.unsafe_store(j, ftz(F1(segr.unsafe_load(j)) + dai)[0])
                 segr.unsafe_store(i, 0.0)
                 # Mx(i, j) = mul(G(i, j), Lm(i, j)), j <= i
-                for j in range(i + 1):
+                var jm = 0
+                while jm + W <= i + 1:  # expf and mul lane by lane: the same bits
+                    var lmv = ftz(expf(segr.unsafe_offset(jm).unsafe_load[width=W](0)))
+                    var gv = gm.unsafe_offset(i * Q + jm).unsafe_load[width=W](0)
+                    mx.unsafe_offset(jm).unsafe_store(0, ftz(mul(gv, lmv)))
+                    jm += W
+                for j in range(jm, i + 1):
                     var lm = ftz(expf(F1(segr.unsafe_load(j))))
                     mx.unsafe_store(j, ftz(mul(F1(gm.unsafe_load(i * Q + j)), lm))[0])
                 # Yd(i, p): leaves j in [0, 128) and [128, 256), then one add (+0 cells
