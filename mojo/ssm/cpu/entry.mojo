@@ -125,8 +125,8 @@ def mamba1_scan(args: PythonObject) raises -> PythonObject:
     var batch = _arg(args, 15)
     var L = _arg(args, 16)
     var di = _arg(args, 17)
-    var units = batch * di
-    var t_count = _tasks(units, _arg(args, 18), max(1, 2048 // max(1, L)))
+    var units = batch * ((di + W - 1) // W)
+    var t_count = _tasks(units, _arg(args, 18), max(1, 2048 // max(1, L * W)))
     def work(t: Int) {imm u, imm ldu, imm dl, imm ldd, imm a, imm bc, imm ldbc, imm boff, imm coff, imm dv, imm z, imm ldz, imm h, imm out, imm ldo, imm L, imm di, imm units, imm t_count}:
         var b = chunk_bounds(units, t_count, t, 1)
         mamba1_scan_range(u, ldu, dl, ldd, a, bc, ldbc, boff, coff, dv, z, ldz, h, out, ldo, L,

@@ -152,7 +152,14 @@ def softplus_rows(x: F32Ptr, ldx: Int, bias: F32Ptr, dst: F32Ptr, ldo: Int, n: I
     var vlo = daz_in(F1(lo))
     var vhi = daz_in(F1(hi))
     for r in range(r0, r1):
-        for j in range(n):
+        var j0 = 0
+        if not clamp:  # lane by lane: the same bits as one element at a time
+            while j0 + W <= n:
+                var xv = daz_in(x.unsafe_offset(r * ldx + j0).unsafe_load[width=W](0))
+                var bv = daz_in(bias.unsafe_offset(j0).unsafe_load[width=W](0))
+                dst.unsafe_offset(r * ldo + j0).unsafe_store(0, ftz(softplus(ftz(xv + bv))))
+                j0 += W
+        for j in range(j0, n):
             var v = softplus(ftz(_ld(x, r * ldx + j) + _ld(bias, j)))
             if clamp:
                 if _gt_total(vlo, v):
@@ -179,39 +186,69 @@ def neg_exp(x: F32Ptr, dst: F32Ptr, n: Int):
 
 
 # ------------------------------------------------------------------ S-17 / S-18 Mamba-1 scan
+@always_inline
+def _scan_cols[w: Int](
+    u: F32Ptr, ldu: Int, dl: F32Ptr, ldd: Int, a: F32Ptr, bc: F32Ptr, ldbc: Int, boff: Int,
+    coff: Int, dv: F32Ptr, z: F32Ptr, ldz: Int, h: F32Ptr, dst: F32Ptr, ldo: Int, L: Int, di: Int,
+    b: Int, c0: Int, hb: F32Ptr, ab: F32Ptr,
+):
+    """Channels c0 .. c0 + w of batch row b, one channel a lane (every lane its own
+    chains: the bits of one channel at a time). hb, ab: work of 16 * w floats (h and A
+    transposed, state-major)."""
+    comptime V = SIMD[DType.float32, w]
+    for i in range(w):
+        var c = c0 + i
+        for nn in range(16):
+            hb.unsafe_store(nn * w + i, daz_in(F1(h.unsafe_load((b * di + c) * 16 + nn)))[0])
+            ab.unsafe_store(nn * w + i, daz_in(F1(a.unsafe_load(c * 16 + nn)))[0])
+    var dc = daz_in(dv.unsafe_offset(c0).unsafe_load[width=w](0))
+    for t in range(L):
+        var row = b * L + t
+        var delta = daz_in(dl.unsafe_offset(row * ldd + c0).unsafe_load[width=w](0))
+        var uu = daz_in(u.unsafe_offset(row * ldu + c0).unsafe_load[width=w](0))
+        var brow = bc.unsafe_offset(row * ldbc + boff)
+        var crow = bc.unsafe_offset(row * ldbc + coff)
+        var y = V(0)
+        for nn in range(16):
+            var av = ab.unsafe_offset(nn * w).unsafe_load[width=w](0)
+            var da = ftz(expf(ftz(mul(delta, av))))
+            var db = ftz(mul(delta, V(_ld(brow, nn)[0])))
+            var dbu = ftz(mul(db, uu))
+            var hv = ftz(fma(da, hb.unsafe_offset(nn * w).unsafe_load[width=w](0), dbu))
+            hb.unsafe_offset(nn * w).unsafe_store(0, hv)
+            y = ftz(fma(V(_ld(crow, nn)[0]), hv, y))
+        var sk = ftz(y + ftz(mul(uu, dc)))
+        var g = ftz(mul(sk, silu(daz_in(z.unsafe_offset(row * ldz + c0).unsafe_load[width=w](0)))))
+        dst.unsafe_offset(row * ldo + c0).unsafe_store(0, g)
+    for i in range(w):
+        for nn in range(16):
+            h.unsafe_store((b * di + c0 + i) * 16 + nn, hb.unsafe_load(nn * w + i))
+
+
 def mamba1_scan_range(
     u: F32Ptr, ldu: Int, dl: F32Ptr, ldd: Int, a: F32Ptr, bc: F32Ptr, ldbc: Int, boff: Int,
     coff: Int, dv: F32Ptr, z: F32Ptr, ldz: Int, h: F32Ptr, dst: F32Ptr, ldo: Int, L: Int, di: Int,
     u0: Int, u1: Int,
 ):
-    """Units u0 .. u1 of (batch row, channel), tokens in order: per state n,
+    """Units u0 .. u1 of (batch row, block of W channels), tokens in order: per state n,
     da = expf(mul(delta, A)), db = mul(delta, B), dbu = mul(db, u), h = fma(da, h, dbu);
     y = the chain over n of fma(C, h, acc) from +0; s = add(y, mul(u, D));
     out = mul(s, silu(z)). h (batch, di, 16) is read and written in place."""
+    var nblk = (di + W - 1) // W
+    var hb = unsafe_alloc[Float32](16 * W, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var ab = unsafe_alloc[Float32](16 * W, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
     for unit in range(u0, u1):
-        var b = unit // di
-        var c = unit % di
-        var hv = daz_in(h.unsafe_offset(unit * 16).unsafe_load[width=16](0))
-        var av = daz_in(a.unsafe_offset(c * 16).unsafe_load[width=16](0))
-        var dc = _ld(dv, c)
-        for t in range(L):
-            var row = b * L + t
-            var delta = _ld(dl, row * ldd + c)
-            var uu = _ld(u, row * ldu + c)
-            var bv = daz_in(bc.unsafe_offset(row * ldbc + boff).unsafe_load[width=16](0))
-            var cv = daz_in(bc.unsafe_offset(row * ldbc + coff).unsafe_load[width=16](0))
-            var dd = F16(delta[0])
-            var da = ftz(expf(ftz(mul(dd, av))))
-            var db = ftz(mul(dd, bv))
-            var dbu = ftz(mul(db, F16(uu[0])))
-            hv = ftz(fma(da, hv, dbu))
-            var y = F1(0)
-            for nn in range(16):
-                y = ftz(fma(F1(cv[nn]), F1(hv[nn]), y))
-            var s = ftz(y + ftz(mul(uu, dc)))
-            var g = ftz(mul(s, silu(_ld(z, row * ldz + c))))
-            dst.unsafe_store(row * ldo + c, g[0])
-        h.unsafe_offset(unit * 16).unsafe_store(0, hv)
+        var b = unit // nblk
+        var c0 = (unit % nblk) * W
+        if c0 + W <= di:
+            _scan_cols[W](u, ldu, dl, ldd, a, bc, ldbc, boff, coff, dv, z, ldz, h, dst, ldo, L, di,
+                          b, c0, hb, ab)
+        else:
+            for c in range(c0, di):
+                _scan_cols[1](u, ldu, dl, ldd, a, bc, ldbc, boff, coff, dv, z, ldz, h, dst, ldo, L,
+                              di, b, c, hb, ab)
+    hb.unsafe_free()
+    ab.unsafe_free()
 
 
 # ------------------------------------------------------------------ S-19 .. S-28 Mamba-2 SSD
