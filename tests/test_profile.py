@@ -34,7 +34,9 @@ def test_breakdown_sees_every_product_and_kernel(tmp_path):
     assert b["kernels"]["attention"][1] == L and b["kernels"]["rmsnorm"][1] == 2 * L + 1
     cats = b["categories"]
     assert {"products", "attention", "elementwise kernels", "Python and copies"} <= set(cats)
-    assert abs(sum(cats.values()) - b["wall_s"]) < 1e-9 or sum(cats.values()) >= b["wall_s"]
+    # the kernel timers never count a call twice: together they fit in the wall time
+    assert sum(v for k, v in cats.items() if k != "Python and copies") <= b["wall_s"]
+    assert abs(sum(cats.values()) - b["wall_s"]) < 1e-9
     assert "products by shape" in P.report("t", b)
 
 

@@ -20,7 +20,7 @@ import safetensors
 from .._table import checkpoint_rules
 from .._data.array import empty
 from .._data.buffers import read, to_array
-from .layout import MAX_HEADER, LayoutError, parse_layout
+from .layout import LayoutError, parse_layout
 from .._ops.lowbit import BF16Weight, Int8Weight, widen_bf16
 
 __all__ = ["save", "load", "Checkpoint", "EXPONENTS_SUFFIX"]
@@ -461,12 +461,7 @@ def _load(path, numeric_profile=None):
     except OSError as e:
         raise _os_error("load", path, e) from None
     try:  # the one reader of the format's layout (the model loader's too)
-        if len(data) < 8:
-            raise LayoutError(f"shorter than the 8-byte header length ({len(data)} bytes)")
-        n = int.from_bytes(data[:8], "little")
-        if n > len(data) - 8 or n > MAX_HEADER:
-            raise LayoutError(f"a header of {n} bytes does not fit a file of {len(data)} bytes")
-        parse_layout(data[:8 + n], len(data))
+        parse_layout(data, len(data))
     except LayoutError as e:
         raise _corrupt(path, e.why) from None
     try:

@@ -55,18 +55,21 @@ def read_layout(path) -> Layout:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(8)
-        if len(head) < 8:
-            raise LayoutError(f"shorter than the 8-byte header length ({size} bytes)")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8 or n > MAX_HEADER:
-            raise LayoutError(f"a header of {n} bytes does not fit a file of {size} bytes")
-        raw = f.read(n)
-    return parse_layout(head + raw, size)
+        if len(head) == 8:
+            (n,) = struct.unpack("<Q", head)
+            if n <= min(size - 8, MAX_HEADER):
+                head += f.read(n)
+    return parse_layout(head, size)
 
 
 def parse_layout(head: bytes, size: int) -> Layout:
-    """The checked layout from the file's first 8 + n bytes and its size."""
+    """The checked layout from the file's first bytes (at least 8 + n of them, or the
+    whole file) and its size."""
+    if len(head) < 8:
+        raise LayoutError(f"shorter than the 8-byte header length ({len(head)} bytes)")
     (n,) = struct.unpack("<Q", head[:8])
+    if n > size - 8 or n > MAX_HEADER:
+        raise LayoutError(f"a header of {n} bytes does not fit a file of {size} bytes")
     raw = head[8:8 + n]
     if len(raw) != n:
         raise LayoutError(f"the header of {n} bytes is cut short")

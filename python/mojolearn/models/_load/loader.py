@@ -616,11 +616,12 @@ def _expected(cfg: ModelConfig):
         yield from shapes.items()
 
 
-def check_weights(cfg: ModelConfig, weights, where: str):
+def check_weights(cfg, weights, where: str, expected=None):
     """Every tensor the config needs is there with its shape (a LazyWeights is checked
-    from the checkpoint's header, nothing read)."""
+    from the checkpoint's header, nothing read). ``expected``: the (name, shape) pairs
+    to check, by default those of a transformer config; another family passes its own."""
     lazy = isinstance(weights, LazyWeights)
-    for name, shape in _expected(cfg):
+    for name, shape in (_expected(cfg) if expected is None else expected):
         if name not in weights:
             raise ValueError(f"mojolearn: {where}: tensor {name!r} is missing (the config "
                              f"{cfg.model_type} with {cfg.num_hidden_layers} layers needs it)")

@@ -8,6 +8,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from .._base.config import _int
 from .._base.inputs import check_f32_normal
 
 FAMILIES = {"mamba": "mamba1", "mamba2": "mamba2"}
@@ -20,14 +21,6 @@ def _refuse(mt, field, value, want):
         f"mojolearn: model config: model_type {mt!r} with {field} = {value!r} is refused: "
         f"mojolearn.models computes {field} = {want} only (rule S-6); loading it anyway would "
         f"compute another model")
-
-
-def _pos_int(d, key, mt, default=None):
-    v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ValueError(f"mojolearn: model config: model_type {mt!r}: {key} must be a positive "
-                         f"int, got {v!r}")
-    return v
 
 
 def _inf_spelling(v):
@@ -73,9 +66,9 @@ class MambaConfig:
             raise NotImplementedError(f"mojolearn: model config: model_type {mt!r} is not a "
                                       f"Mamba type; the Mamba types are mamba, mamba2")
         fam = FAMILIES[mt]
-        hidden = _pos_int(d, "hidden_size", mt)
-        layers = _pos_int(d, "num_hidden_layers", mt)
-        vocab = _pos_int(d, "vocab_size", mt)
+        hidden = _int(d, "hidden_size", mt)
+        layers = _int(d, "num_hidden_layers", mt)
+        vocab = _int(d, "vocab_size", mt)
         di = 2 * hidden
         n = 16 if fam == "mamba1" else 128
         fixed = {"state_size": (n,), "expand": (2,), "intermediate_size": (di,),

@@ -15,7 +15,7 @@ from ..._table import modes as _modes
 from ..._table import profiles as _profiles
 from .._exec import kernels as K
 from .._base.inputs import count, state_size
-from .._load.loader import LazyWeights, _hf_entries
+from .._load.loader import LazyWeights, _hf_entries, check_weights
 from .._transformer.block import Proj, check_weight_format
 from .._transformer.causal_lm import FAMILY_LOADERS, CausalLM
 from .config import EPS, MambaConfig
@@ -207,14 +207,7 @@ class MambaLM(CausalLM):
             weights = dict(weights)
         want = expected_shapes(cfg)
         lazy = isinstance(weights, LazyWeights)
-        for name, shape in want.items():
-            if name not in weights:
-                raise ValueError(f"mojolearn: {source}: tensor {name!r} is missing (the config "
-                                 f"{cfg.model_type} with {cfg.num_hidden_layers} layers needs it)")
-            got = tuple(weights.shape(name)) if lazy else tuple(np.asarray(weights[name]).shape)
-            if got != shape:
-                raise ValueError(f"mojolearn: {source}: tensor {name!r} has shape {got}, the "
-                                 f"config needs {shape}")
+        check_weights(cfg, weights, source, want.items())
         extra = sorted(set(weights.names() if lazy else weights) - set(want))
         if extra:
             raise ValueError(f"mojolearn: {source}: tensor {extra[0]!r} is not read by a "
