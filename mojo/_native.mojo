@@ -28,6 +28,8 @@ from gemm.cpu.pack_f32 import transpose_sq
 from std.collections import Array
 from transformer.cpu.entry import register_nn
 from ssm.cpu.entry import register_ssm
+from train.cpu.entry import register_train
+from train.cpu.model_entry import register_train_model
 from transformer.gpu.cpu_run import register_nn_gpu_reference
 from transformer.gpu.model_cpu_run import register_model_gpu_reference
 from gemm.gpu.cpu_run import register_gemm_gpu_reference
@@ -388,6 +390,8 @@ def PyInit__native() abi("C") -> PythonObject:
         register_ksplit(m)
         register_nn(m)
         register_ssm(m)
+        register_train(m)
+        register_train_model(m)
         register_nn_gpu_reference(m)
         register_model_gpu_reference(m)
         register_gemm_gpu_reference(m)

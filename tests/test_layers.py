@@ -55,6 +55,8 @@ ORDER = [
     "mojolearn.models.config", "mojolearn.models.loader", "mojolearn.models.block",
     "mojolearn.models.causal_lm", "mojolearn.models.parallel", "mojolearn.models.tokenizer",
     "mojolearn.models",
+    # training
+    "mojolearn._train",
     # the torch mode
     "mojolearn._torch", "mojolearn._torch.mode", "mojolearn.torch",
     # the tools
