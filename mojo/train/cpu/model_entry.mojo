@@ -1,8 +1,101 @@
-"""Registration of the model-backward entries (attention, the gated MLP, RoPE):
-plain integer arguments from the Python layer, which has validated them."""
+"""Registration of the model-backward entries (attention weights, the softmax backward,
+the gated MLP backward): plain integer arguments from the Python layer, which has
+validated them. Each entry releases the GIL, splits its independent rows over tasks
+and runs every task under the contract floating-point state."""
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
+from std.memory import bitcast
+from std.memory.alloc import unsafe_alloc
+from common.ptr import F32Ptr, ptr_f32
+from common.tasks import chunk_bounds, run_tasks
+from transformer.cpu.attention import _srow
+from train.cpu.model_ops import attn_probs_range, softmax_bwd_rows, silu_mul_bwd_rows, fold_div
+
+
+def _arg(args: PythonObject, i: Int) raises -> Int:
+    return Int(py=args[i])
+
+
+def _f32(bits: Int) -> Float32:
+    return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](UInt32(bits)))[0]
+
+
+def _tasks(units: Int, tasks: Int, grain: Int) -> Int:
+    return max(1, min(tasks, units, (units + grain - 1) // grain))
+
+
+def train_attn_probs(args: PythonObject) raises -> PythonObject:
+    """(q, ldq, kt, p, batch, length, n_heads, n_kv, head_dim, tasks): T-47."""
+    var q = ptr_f32(_arg(args, 0))
+    var ldq = _arg(args, 1)
+    var kt = ptr_f32(_arg(args, 2))
+    var p = ptr_f32(_arg(args, 3))
+    var batch = _arg(args, 4)
+    var L = _arg(args, 5)
+    var nh = _arg(args, 6)
+    var kvh = _arg(args, 7)
+    var hd = _arg(args, 8)
+    var units = batch * nh * L
+    var t_count = _tasks(units, _arg(args, 9), max(1, 65536 // max(1, L * hd)))
+    var per = (_srow(L) + 64 + 15) // 16 * 16
+    var ws = unsafe_alloc[Float32](per * t_count, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var wsa = Int(ws)
+    def work(t: Int) {imm q, imm ldq, imm kt, imm p, imm L, imm nh, imm kvh, imm hd, imm units, imm t_count, imm per, imm wsa}:
+        var b = chunk_bounds(units, t_count, t, 1)
+        var w = F32Ptr(unsafe_from_address=wsa).unsafe_offset(t * per)
+        attn_probs_range(q, ldq, kt, p, L, nh, kvh, hd, b[0], b[1], w)
+
+    run_tasks(work, t_count)
+    ws.unsafe_free()
+    return PythonObject(None)
+
+
+def train_softmax_bwd(args: PythonObject) raises -> PythonObject:
+    """(p, dp, ds, rows, n, scale f32 bits, tasks): T-49."""
+    var pr = ptr_f32(_arg(args, 0))
+    var dp = ptr_f32(_arg(args, 1))
+    var ds = ptr_f32(_arg(args, 2))
+    var rows = _arg(args, 3)
+    var n = _arg(args, 4)
+    var scale = _f32(_arg(args, 5))
+    var t_count = _tasks(rows, _arg(args, 6), max(1, 16384 // max(1, n)))
+    def work(t: Int) {imm pr, imm dp, imm ds, imm rows, imm n, imm scale, imm t_count}:
+        var b = chunk_bounds(rows, t_count, t, 1)
+        softmax_bwd_rows(pr, dp, ds, n, scale, b[0], b[1])
+
+    run_tasks(work, t_count)
+    return PythonObject(None)
+
+
+def train_silu_mul_bwd(args: PythonObject) raises -> PythonObject:
+    """(gu, ldgu, dp, ldp, dgu, rows, ff, tasks): T-52."""
+    var gu = ptr_f32(_arg(args, 0))
+    var ldgu = _arg(args, 1)
+    var dp = ptr_f32(_arg(args, 2))
+    var ldp = _arg(args, 3)
+    var dgu = ptr_f32(_arg(args, 4))
+    var rows = _arg(args, 5)
+    var ff = _arg(args, 6)
+    var t_count = _tasks(rows, _arg(args, 7), max(1, 8192 // max(1, ff)))
+    def work(t: Int) {imm gu, imm ldgu, imm dp, imm ldp, imm dgu, imm rows, imm ff, imm t_count}:
+        var b = chunk_bounds(rows, t_count, t, 1)
+        silu_mul_bwd_rows(gu, ldgu, dp, ldp, dgu, ff, b[0], b[1])
+
+    run_tasks(work, t_count)
+    return PythonObject(None)
+
+
+def train_fold_div(args: PythonObject) raises -> PythonObject:
+    """(x, n, d f32 bits) -> the float32 bits of div(fold(k = n)(x), d): T-17, T-58."""
+    var x = ptr_f32(_arg(args, 0))
+    var n = _arg(args, 1)
+    var d = _f32(_arg(args, 2))
+    var r = fold_div(x, n, d)
+    return PythonObject(Int(bitcast[DType.uint32, 1](SIMD[DType.float32, 1](r))[0]))
 
 
 def register_train_model(mut m: PythonModuleBuilder) raises:
-    pass
+    m.def_function[train_attn_probs]("train_attn_probs")
+    m.def_function[train_softmax_bwd]("train_softmax_bwd")
+    m.def_function[train_silu_mul_bwd]("train_silu_mul_bwd")
+    m.def_function[train_fold_div]("train_fold_div")

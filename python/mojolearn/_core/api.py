@@ -128,6 +128,16 @@ ENTRIES = (
                          "seg", "cs", "out", "ldo", "batch", "length", "heads", "di", "q0",
                          "tasks"), "cpu",
           doc="S-19 .. S-28 from the conv output to the gate; the state in place"),
+    # the model backward (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-47 ..)
+    Entry("train_attn_probs", ("q", "ldq", "kt", "p", "batch", "length", "n_heads", "n_kv",
+                               "head_dim", "tasks"), "cpu",
+          doc="T-47: the forward's attention weights (batch, n_heads, length, length)"),
+    Entry("train_softmax_bwd", ("p", "dp", "ds", "rows", "n", "scale_bits", "tasks"), "cpu",
+          doc="T-49: the softmax backward, times the attention scale"),
+    Entry("train_silu_mul_bwd", ("gu", "ldgu", "dp", "ldp", "dgu", "rows", "ff", "tasks"), "cpu",
+          doc="T-52: the gated MLP's (dg, du)"),
+    Entry("train_fold_div", ("x", "n", "d_bits"), "cpu", "int",
+          "T-17, T-58: the float32 bits of div(fold(k = n)(x), d)"),
     # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
     Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                "b_bf16"), "cpu"),

@@ -177,9 +177,11 @@ class CausalLM:
         check_max_positions(max_positions, 1)
         _resolve_device(device, "CausalLM.load", _device_backend)
         cfg, weights = read_model(path, lazy=True)
-        return cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
-                   max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True,
-                   numeric_mode=numeric_mode, device=device, _device_backend=_device_backend)
+        lm = cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
+                 max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True,
+                 numeric_mode=numeric_mode, device=device, _device_backend=_device_backend)
+        lm._source_path = os.fspath(path)  # where a trainer reads the float32 weights again
+        return lm
 
     def nbytes(self):
         """Bytes held by the weights (embedding, head, norms, blocks): sum of held()."""

@@ -1,0 +1,117 @@
+"""The backward of the transformer's own ops (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md,
+rules T-47 .. T-60): the attention probabilities recomputed with the forward's own
+functions, the softmax backward, and the SiLU-gated MLP backward. Per-element steps
+come from arith/ (mul, expf, ftz); every operand is read flushed (DAZ under the
+contract floating-point state, or explicitly) and every stored value flushed.
+"""
+from std.memory import bitcast
+from std.sys import simd_width_of
+from common.ptr import F32Ptr
+from arith.fp import ftz
+from arith.elementary import mul, silu_mul_bwd
+from arith.tree import leaf_size, leaf_count, chain_step, tree_add
+from std.collections import List
+from transformer.cpu.attention import (
+    attn_scale, _srow, _scores_f32, _softmax_exp, _serial_sums, _softmax_div,
+)
+
+comptime W = simd_width_of[DType.float32]()
+comptime F1 = SIMD[DType.float32, 1]
+comptime FW = SIMD[DType.float32, W]
+
+
+def attn_probs_range(q: F32Ptr, ldq: Int, kt: F32Ptr, p: F32Ptr, L: Int, nh: Int, kvh: Int,
+                     hd: Int, u0: Int, u1: Int, ws: F32Ptr):
+    """T-47: the attention weights of units u0 .. u1 (a unit is one (batch, head, query)
+    row), each row of L keys exactly as the forward computes it over the whole row
+    (M-11 scores by fp32.v1 over head_dim, M-6 scale, M-12 mask, M-13 softmax: the
+    same functions), stored to p (batch, nh, L, L). kt: (batch, kvh, hd, L)."""
+    var group = nh // kvh
+    var scale = attn_scale(hd)
+    var nleaves = leaf_count(hd)
+    var srow = _srow(L)
+    for u in range(u0, u1):
+        var i = u % L
+        var bh = u // L
+        var h = bh % nh
+        var b = bh // nh
+        var g = h // group
+        var qr = q.unsafe_offset((b * L + i) * ldq + h * hd)
+        var kb = kt.unsafe_offset((b * kvh + g) * hd * L)
+        _scores_f32(qr, kb, L, hd, nleaves, L, scale, ws, 0)
+        _softmax_exp(ws, L, i)
+        var den = _serial_sums(ws, srow, 1, L)
+        _softmax_div(ws, L, den[0])
+        var dst = p.unsafe_offset(u * L)
+        for j in range(L):
+            dst.unsafe_store(j, ws.unsafe_load(j))
+
+
+def softmax_bwd_rows(pr: F32Ptr, dpr: F32Ptr, ds: F32Ptr, n: Int, scale: Float32, r0: Int, r1: Int):
+    """T-49: per row, c = chain over j ascending of fma(w_j, dp_j, c) from +0 (flushed
+    at every step); ds_j = mul(mul(w_j, sub(dp_j, c)), scale)."""
+    for r in range(r0, r1):
+        var w = pr.unsafe_offset(r * n)
+        var dp = dpr.unsafe_offset(r * n)
+        var o = ds.unsafe_offset(r * n)
+        var c = F1(0)
+        for j in range(n):
+            c = chain_step[1](ftz(F1(w.unsafe_load(j))), ftz(F1(dp.unsafe_load(j))), c)
+        var cv = FW(c[0])
+        var sv = FW(scale)
+        var j = 0
+        while j + W <= n:
+            var d = ftz(ftz(dp.unsafe_load[width=W](j)) - cv)
+            o.unsafe_store(j, ftz(mul(ftz(mul(ftz(w.unsafe_load[width=W](j)), d)), sv)))
+            j += W
+        while j < n:
+            var d = ftz(ftz(F1(dp.unsafe_load(j))) - c)
+            o.unsafe_store(j, ftz(mul(ftz(mul(ftz(F1(w.unsafe_load(j))), d)), F1(scale)))[0])
+            j += 1
+
+
+def silu_mul_bwd_rows(gu: F32Ptr, ldgu: Int, dp: F32Ptr, ldp: Int, dgu: F32Ptr, ff: Int, r0: Int, r1: Int):
+    """T-52: the gated MLP's backward, p = mul(silu(g), u): rows r0 .. r1 of gu (g in
+    columns 0 .. ff, u in ff .. 2ff) and dp (rows, ff) give dgu (rows, 2ff)."""
+    for r in range(r0, r1):
+        var gr = gu.unsafe_offset(r * ldgu)
+        var dr = dp.unsafe_offset(r * ldp)
+        var o = dgu.unsafe_offset(r * 2 * ff)
+        var j = 0
+        while j + W <= ff:
+            var res = silu_mul_bwd[W](gr.unsafe_load[width=W](j), gr.unsafe_load[width=W](ff + j),
+                                   dr.unsafe_load[width=W](j))
+            o.unsafe_store(j, res[0])
+            o.unsafe_store(ff + j, res[1])
+            j += W
+        while j < ff:
+            var res = silu_mul_bwd[1](F1(gr.unsafe_load(j)), F1(gr.unsafe_load(ff + j)),
+                                   F1(dr.unsafe_load(j)))
+            o.unsafe_store(j, res[0][0])
+            o.unsafe_store(ff + j, res[1][0])
+            j += 1
+
+
+def fold_div(x: F32Ptr, n: Int, d: Float32) -> Float32:
+    """T-17 / T-58: div(fold(k = n) of x[0 .. n), d): per leaf of leaf_size(n) values a
+    chain acc = add(acc, x_i) from +0, the leaves by the balanced pairwise tree (odd one
+    carried), then one division."""
+    var leaf = leaf_size(n)
+    var nl = leaf_count(n)
+    var parts = List[Float32](capacity=max(1, nl))
+    for lf in range(nl):
+        var acc = F1(0)
+        for i in range(lf * leaf, min(n, (lf + 1) * leaf)):
+            acc = ftz(acc + ftz(F1(x.unsafe_load(i))))
+        parts.append(acc[0])
+    if nl == 0:
+        parts.append(Float32(0))
+        nl = 1
+    while nl > 1:
+        var half = nl // 2
+        for t in range(half):
+            parts[t] = tree_add[1](F1(parts[2 * t]), F1(parts[2 * t + 1]))[0]
+        if nl % 2 == 1:
+            parts[half] = parts[nl - 1]
+        nl = half + nl % 2
+    return ftz(F1(parts[0]) / F1(d))[0]

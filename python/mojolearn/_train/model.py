@@ -1,0 +1,299 @@
+"""The forward and backward of a transformer CausalLM for training (rules T-47 .. T-60 of
+contracts/ops/IDENTICAL_TRAIN_CONTRACT.md; the forward is M-1 .. M-18 with the same
+kernels the inference model calls, so the loss is the inference logits' loss, bit
+for bit).
+
+The parameters are float32 arrays by checkpoint name. q/k/v and gate/up are views of
+one stacked array per layer (row blocks), as their gradients are: one product gives
+the stacked matrix's gradient (each output element its own dot over the tokens, so
+the bits of the separate products) and one product takes the gradient back through
+all of them (T-54). Every product is fp32.v1; every sum over tokens is a dot / fold
+over the call's tokens, so micro-batches split on leaf boundaries reassemble by the
+tree (T-59). This module checks nothing the trainer has not checked: it is handed
+int64 ids of the right range and float32 parameters.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..models._exec import kernels as K
+from ..models._exec.kernels import _a, native
+from .._core.threads import gemm_tasks, tasks
+from .._ops import calls as _calls
+from . import kernels as TK
+
+IGNORE = -100
+TRAINED_TYPES = ("llama", "mistral", "qwen2")
+
+
+def _mm(a, b, out, m, n, k, ta=0, tb=0):
+    """out (m, n) = op(a) @ op(b) under fp32.v1 (op: transposed when the flag is set; a
+    stored (m, k) or (k, m), b (k, n) or (n, k)), C-contiguous float32 arrays."""
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        out[...] = 0
+        return out
+    wa, wn = _calls.workspace()
+    need = native().gemm_f32((
+        _a(a), _a(b), _a(out), m, n, k, int(ta), int(tb), 0, 0, 0, gemm_tasks("fp32", m, n, k),
+        _calls.sabotage_arg(), wa, wn,
+    ))
+    if need > wn:
+        _calls.workspace_fit(need)
+        native().gemm_f32((
+            _a(a), _a(b), _a(out), m, n, k, int(ta), int(tb), 0, 0, 0,
+            gemm_tasks("fp32", m, n, k), _calls.sabotage_arg(), *_calls.workspace(),
+        ))
+    return out
+
+
+def _empty(*shape):
+    return np.empty(shape, dtype=np.float32)
+
+
+def layer_names(cfg, i: int) -> list:
+    """The checkpoint names of layer i's parameters, in the trainer's order."""
+    p = f"model.layers.{i}."
+    names = [p + "input_layernorm.weight"]
+    for w in ("q", "k", "v"):
+        names.append(p + f"self_attn.{w}_proj.weight")
+    if cfg.qkv_bias:
+        for w in ("q", "k", "v"):
+            names.append(p + f"self_attn.{w}_proj.bias")
+    names += [p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
+              p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight"]
+    return names
+
+
+def param_names(cfg) -> list:
+    """Every trained parameter's checkpoint name, in the order the optimizer and the
+    saved file hold them: the embedding, the layers, the final norm, the head (untied)."""
+    names = ["model.embed_tokens.weight"]
+    for i in range(cfg.num_hidden_layers):
+        names += layer_names(cfg, i)
+    names.append("model.norm.weight")
+    if not cfg.tie_word_embeddings:
+        names.append("lm_head.weight")
+    return names
+
+
+class Params:
+    """The float32 parameters of one model by checkpoint name, q/k/v and gate/up (and
+    qwen2's q/k/v biases) views of one stacked array a layer; ``grads_like()`` makes
+    gradient buffers of the same layout."""
+
+    def __init__(self, cfg, weights: dict):
+        self.cfg = cfg
+        self.arrays = {}
+        self.stacked = []  # per layer: (qkv, gu, bias or None)
+        nq, nk = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+        for name in ("model.embed_tokens.weight", "model.norm.weight"):
+            self.arrays[name] = np.array(weights[name], dtype=np.float32, order="C", copy=True)
+        if not cfg.tie_word_embeddings:
+            self.arrays["lm_head.weight"] = np.array(weights["lm_head.weight"], dtype=np.float32,
+                                                     order="C", copy=True)
+        for i in range(cfg.num_hidden_layers):
+            p = f"model.layers.{i}."
+            qkv = np.concatenate([weights[p + f"self_attn.{w}_proj.weight"] for w in "qkv"], axis=0)
+            gu = np.concatenate([weights[p + "mlp.gate_proj.weight"],
+                                 weights[p + "mlp.up_proj.weight"]], axis=0)
+            qkv, gu = np.ascontiguousarray(qkv, np.float32), np.ascontiguousarray(gu, np.float32)
+            bias = None
+            if cfg.qkv_bias:
+                bias = np.ascontiguousarray(np.concatenate(
+                    [weights[p + f"self_attn.{w}_proj.bias"] for w in "qkv"]), np.float32)
+            self._views(i, qkv, gu, bias, nq, nk)
+            for n in ("input_layernorm.weight", "post_attention_layernorm.weight",
+                      "self_attn.o_proj.weight", "mlp.down_proj.weight"):
+                self.arrays[p + n] = np.array(weights[p + n], dtype=np.float32, order="C", copy=True)
+            self.stacked.append((qkv, gu, bias))
+        self.names = param_names(cfg)
+
+    def _views(self, i, qkv, gu, bias, nq, nk):
+        p = f"model.layers.{i}."
+        ff = gu.shape[0] // 2
+        self.arrays[p + "self_attn.q_proj.weight"] = qkv[:nq]
+        self.arrays[p + "self_attn.k_proj.weight"] = qkv[nq:nq + nk]
+        self.arrays[p + "self_attn.v_proj.weight"] = qkv[nq + nk:]
+        self.arrays[p + "mlp.gate_proj.weight"] = gu[:ff]
+        self.arrays[p + "mlp.up_proj.weight"] = gu[ff:]
+        if bias is not None:
+            self.arrays[p + "self_attn.q_proj.bias"] = bias[:nq]
+            self.arrays[p + "self_attn.k_proj.bias"] = bias[nq:nq + nk]
+            self.arrays[p + "self_attn.v_proj.bias"] = bias[nq + nk:]
+
+    def grads_like(self):
+        """Zeroed gradient buffers: (dict by name, stacked per layer) in this layout."""
+        g = Params.__new__(Params)
+        g.cfg, g.names, g.arrays, g.stacked = self.cfg, self.names, {}, []
+        cfg = self.cfg
+        nq, nk = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+        for name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+            if name in self.arrays:
+                g.arrays[name] = np.zeros_like(self.arrays[name])
+        for i, (qkv, gu, bias) in enumerate(self.stacked):
+            q2, g2 = np.zeros_like(qkv), np.zeros_like(gu)
+            b2 = None if bias is None else np.zeros_like(bias)
+            g._views(i, q2, g2, b2, nq, nk)
+            p = f"model.layers.{i}."
+            for n in ("input_layernorm.weight", "post_attention_layernorm.weight",
+                      "self_attn.o_proj.weight", "mlp.down_proj.weight"):
+                g.arrays[p + n] = np.zeros_like(self.arrays[p + n])
+            g.stacked.append((q2, g2, b2))
+        return g
+
+    def list(self) -> list:
+        return [self.arrays[n] for n in self.names]
+
+
+class _LayerSaved:
+    __slots__ = ("x", "h", "q", "kt", "vc", "p", "ctx", "x1", "h2", "gu", "pm")
+
+
+def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | None, emb_acc,
+                   rope):
+    """One micro-batch: ids (B, L) int64, targets (B * L,) int64 (IGNORE where a position has
+    no target). Returns the per-position losses (B * L,) (T-14, T-16). With ``grads``,
+    writes into it every token-sum gradient of this micro-batch (its dot / fold over these
+    tokens, T-6 / T-11 / T-56), the head's T-6 dW into lm_head (untied) or into the
+    embedding's slot (tied; the trainer adds the chain after, T-57), and continues the
+    embedding's chain in ``emb_acc`` (T-13). d_bits: the float32 bits of the whole batch's
+    counted positions (T-18's D)."""
+    cfg = params.cfg
+    A = params.arrays
+    B, L = ids.shape
+    rows = B * L
+    d = cfg.hidden_size
+    nh, kvh, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    nq, nk = nh * hd, kvh * hd
+    ldq = nq + 2 * nk
+    ff = cfg.intermediate_size
+    eps = K.f32_bits(cfg.rms_norm_eps)
+    cos, sin, nsin = rope
+    rot = cfg.rotary_dim
+    flat = np.ascontiguousarray(ids.reshape(-1))
+    embed = A["model.embed_tokens.weight"]
+    head = embed if cfg.tie_word_embeddings else A["lm_head.weight"]
+    want = grads is not None
+    x = K.gather(embed, flat, _empty(rows, d))  # M-2
+    saved = []
+    for i, (wqkv, wgu, bias) in enumerate(params.stacked):
+        p = f"model.layers.{i}."
+        s = _LayerSaved()
+        s.x = x
+        s.h = h = K.rmsnorm(x, A[p + "input_layernorm.weight"], eps, _empty(rows, d))
+        qkv = K.gemm_nt(h, rows, wqkv, _empty(rows, ldq))
+        if bias is not None:
+            K.add(qkv, bias, qkv)
+        s.q = q = _empty(rows, nq)
+        K.rope(qkv, 0, ldq, q, nq, hd, nh, hd, cos, sin, 0, L, rows, rot_dim=rot)
+        s.kt = kt = _empty(B, kvh, hd, L)
+        K.rope(qkv, nq, ldq, kt, 0, 0, kvh, hd, cos, sin, 0, L, rows, transposed=True, tmax=L,
+               rot_dim=rot)
+        s.vc = vc = np.ascontiguousarray(
+            qkv[:, nq + nk:].reshape(B, L, kvh, hd).transpose(0, 2, 1, 3))
+        s.ctx = ctx = K.attention(q, nq, kt, vc, _empty(rows, nq), B, L, nh, kvh, hd, 0, L, False)
+        if want:
+            s.p = _empty(B, nh, L, L)
+            native().train_attn_probs((_a(q), nq, _a(kt), _a(s.p), B, L, nh, kvh, hd, tasks()))
+        o = K.gemm_nt(ctx, rows, A[p + "self_attn.o_proj.weight"], _empty(rows, d))
+        s.x1 = x1 = K.add(x, o, _empty(rows, d))
+        s.h2 = h2 = K.rmsnorm(x1, A[p + "post_attention_layernorm.weight"], eps, _empty(rows, d))
+        s.gu = gu = K.gemm_nt(h2, rows, wgu, _empty(rows, 2 * ff))
+        s.pm = pm = K.silu_mul(gu, ff, _empty(rows, ff))
+        dn = K.gemm_nt(pm, rows, A[p + "mlp.down_proj.weight"], _empty(rows, d))
+        x = K.add(x1, dn, _empty(rows, d))
+        saved.append(s)
+    xf = K.rmsnorm(x, A["model.norm.weight"], eps, _empty(rows, d))
+    logits = K.gemm_nt(xf, rows, head, _empty(rows, cfg.vocab_size))
+    losses = _empty(rows)
+    dlog = _empty(rows, cfg.vocab_size) if want else None
+    TK.ce_rows(logits, targets, IGNORE, 0, d_bits, losses, dlog)
+    del logits
+    if not want:
+        return losses
+    G = grads.arrays
+    V = cfg.vocab_size
+    # the head (T-5, T-6) and the final norm (T-9 .. T-11)
+    dxf = _mm(dlog, head, _empty(rows, d), rows, d, V)
+    dhead = G["model.embed_tokens.weight"] if cfg.tie_word_embeddings else G["lm_head.weight"]
+    _mm(dlog, xf, dhead, V, d, rows, ta=1)
+    del dlog
+    dx = _empty(rows, d)
+    TK.rms_norm_backward(dxf, x, A["model.norm.weight"], eps, dx, G["model.norm.weight"])
+    scale = K.attn_scale_bits(hd)
+    rep = nh // kvh
+    for i in reversed(range(len(params.stacked))):
+        p = f"model.layers.{i}."
+        s = saved[i]
+        wqkv, wgu, _bias = params.stacked[i]
+        gqkv, ggu, gbias = grads.stacked[i]
+        # the MLP (T-52, T-54) and its residual (T-55)
+        dpm = _mm(dx, A[p + "mlp.down_proj.weight"], _empty(rows, ff), rows, ff, d)
+        _mm(dx, s.pm, G[p + "mlp.down_proj.weight"], d, ff, rows, ta=1)
+        dgu = _empty(rows, 2 * ff)
+        native().train_silu_mul_bwd((_a(s.gu), 2 * ff, _a(dpm), ff, _a(dgu), rows, ff, tasks()))
+        del dpm
+        dh2 = _mm(dgu, wgu, _empty(rows, d), rows, d, 2 * ff)
+        _mm(dgu, s.h2, ggu, 2 * ff, d, rows, ta=1)
+        del dgu
+        dxn = _empty(rows, d)
+        TK.rms_norm_backward(dh2, s.x1, A[p + "post_attention_layernorm.weight"], eps, dxn,
+                             G[p + "post_attention_layernorm.weight"])
+        dx1 = K.add(dx, dxn, dxn)
+        # attention (T-48 .. T-51), o_proj (T-5, T-6)
+        dctx = _mm(dx1, A[p + "self_attn.o_proj.weight"], _empty(rows, nq), rows, nq, d)
+        _mm(dx1, s.ctx, G[p + "self_attn.o_proj.weight"], d, nq, rows, ta=1)
+        dq = _empty(rows, nq)
+        dk = _empty(rows, nk)
+        dqkv = _empty(rows, ldq)
+        _attention_backward(s, dctx, dq, dk, dqkv, B, L, nh, kvh, hd, rep, scale, nq, nk)
+        del dctx
+        # RoPE backward (T-53): the forward's rotation with the sine negated
+        K.rope(dq, 0, nq, dqkv, ldq, hd, nh, hd, cos, nsin, 0, L, rows, rot_dim=rot)
+        K.rope(dk, 0, nk, dqkv[:, nq:], ldq, hd, kvh, hd, cos, nsin, 0, L, rows, rot_dim=rot)
+        del dq, dk
+        if gbias is not None:  # T-56
+            gbias[...] = TK.fold_rows(dqkv)
+        dh = _mm(dqkv, wqkv, _empty(rows, d), rows, d, ldq)
+        _mm(dqkv, s.h, gqkv, ldq, d, rows, ta=1)
+        del dqkv
+        dxn = _empty(rows, d)
+        TK.rms_norm_backward(dh, s.x, A[p + "input_layernorm.weight"], eps, dxn,
+                             G[p + "input_layernorm.weight"])
+        dx = K.add(dx1, dxn, dxn)
+        saved[i] = None
+    TK.embedding_backward_into(dx, flat, emb_acc)  # T-13, carried across micro-batches
+    return losses
+
+
+def _attention_backward(s, dctx, dq, dk, dqkv, B, L, nh, kvh, hd, rep, scale, nq, nk):
+    """T-48 .. T-51 per (batch row, key/value head): the rep query heads that read it
+    stacked head after head (rows r * L + i)."""
+    n = rep * L
+    ldq = nq + 2 * nk
+    q4 = s.q.reshape(B, L, nh, hd)
+    d4 = dctx.reshape(B, L, nh, hd)
+    dq4 = dq.reshape(B, L, nh, hd)
+    dk4 = dk.reshape(B, L, kvh, hd)
+    dv4 = dqkv[:, nq + nk:].reshape(B, L, kvh, hd)
+    qs, dos = _empty(n, hd), _empty(n, hd)
+    dp, ds, dqs = _empty(n, L), _empty(n, L), _empty(n, hd)
+    dkg, dvg = _empty(L, hd), _empty(L, hd)
+    for b in range(B):
+        for g in range(kvh):
+            h0 = g * rep
+            qs.reshape(rep, L, hd)[...] = q4[b, :, h0:h0 + rep].transpose(1, 0, 2)
+            dos.reshape(rep, L, hd)[...] = d4[b, :, h0:h0 + rep].transpose(1, 0, 2)
+            ps = s.p[b, h0:h0 + rep].reshape(n, L)
+            vg = s.vc[b, g]
+            ktg = s.kt[b, g]
+            _mm(dos, vg, dp, n, L, hd, tb=1)  # T-48
+            native().train_softmax_bwd((_a(ps), _a(dp), _a(ds), n, L, scale, tasks()))  # T-49
+            _mm(ds, ktg, dqs, n, hd, L, tb=1)  # T-50: the key rows are kt's columns
+            _mm(ds, qs, dkg, L, hd, n, ta=1)  # T-51
+            _mm(ps, dos, dvg, L, hd, n, ta=1)
+            dq4[b, :, h0:h0 + rep] = dqs.reshape(rep, L, hd).transpose(1, 0, 2)
+            dk4[b, :, g] = dkg
+            dv4[b, :, g] = dvg

@@ -1,0 +1,421 @@
+"""The trainer: a CausalLM's parameters, an optimizer from optim.py, the gradients of
+model.py, checkpoints that resume bit for bit (T-58 .. T-60)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .._core.loader import cpu_native as native
+from .._table import profiles as _profiles
+from .._table import checkpoint_rules as _rules
+from .._io import checkpoint as _ckpt
+from ..models._base.config import ModelConfig
+from ..models._base.inputs import token_ids
+from ..models._exec.kernels import _a, f32_bits
+from ..models._exec import kernels as K
+from ..models._transformer.causal_lm import CausalLM
+from . import kernels as TK
+from . import model as M
+from . import optim as _optim
+from . import schedule as _schedule
+
+FORMAT = "mojolearn.trainer.v1"
+OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+
+
+def _bits_f32(bits: int) -> float:
+    return float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
+
+
+def _leaf(k: int) -> int:
+    return max(128, -(-k // 1024))
+
+
+def aligned_splits(tokens: int) -> list:
+    """The accumulation counts A that split ``tokens`` on leaf boundaries (T-27)."""
+    out = []
+    L = _leaf(tokens)
+    if tokens % L:
+        return [1]
+    P = tokens // L
+    a = 1
+    while a <= P:
+        if P % a == 0 and _leaf(tokens // a) == L and (P // a) & (P // a - 1) == 0:
+            out.append(a)
+        a *= 2
+    return out or [1]
+
+
+class Trainer:
+    """Fine-tune a transformer ``CausalLM`` with the same bits on every CPU build and
+    thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*).
+
+    ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=(0.9, 0.999),
+    eps=1e-8, momentum=0.0, lr_schedule=None, max_norm=None, numeric_profile=None,
+    progress=False)``: ``lm`` a ``CausalLM`` loaded from a checkpoint with
+    ``weight_format="float32"`` (its float32 weights are read again from that
+    checkpoint) or the path of one. ``weight_decay`` None means the optimizer's default
+    (AdamW 0.01, Adam and SGD 0). The profile is resolved for training: fp32_v1, whatever
+    the process inference default is; a profile that has not passed for training is
+    refused by name.
+
+    ``step(ids, labels=None, accumulation=1)`` runs one optimizer step on the next-token
+    loss of ``ids`` (batch, length) and returns the loss (a float32 value); labels of the
+    same shape (-100: no target) replace ids as targets. ``accumulation`` splits the batch
+    into that many micro-batches of whole rows (a power of two that splits the batch's
+    tokens on leaf boundaries): the same bits as one batch, in less memory.
+    ``gradients(ids, labels=None)`` returns the gradients by checkpoint name without a
+    step; ``loss(ids, labels=None)`` the loss alone. ``model`` is a ``CausalLM`` holding
+    the current weights. ``save(path)`` writes everything ``Trainer.resume(path)`` needs to
+    continue with the bits of an uninterrupted run; ``save_model(directory)`` writes a
+    Hugging Face folder (config.json + model.safetensors, float32).
+    """
+
+    def __init__(self, lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=(0.9, 0.999),
+                 eps=1e-8, momentum=0.0, lr_schedule=None, max_norm=None, numeric_profile=None,
+                 progress=False, **unexpected):
+        if unexpected:
+            name = sorted(unexpected)[0]
+            raise TypeError(f"mojolearn: Trainer: unexpected argument {name!r}")
+        self.numeric_profile = _profiles.require_training("Trainer", numeric_profile)
+        cfg, weights = _weights_of(lm)
+        self._setup(cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
+                    lr_schedule, max_norm, progress)
+
+    def _setup(self, cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
+               lr_schedule, max_norm, progress):
+        if cfg.model_type not in M.TRAINED_TYPES:
+            raise NotImplementedError(
+                f"mojolearn: Trainer: model_type {cfg.model_type!r} is not trained in this "
+                f"version; the trainer computes {', '.join(M.TRAINED_TYPES)}")
+        if cfg.qk_norm or cfg.rotary_dim != cfg.head_dim:
+            raise NotImplementedError(
+                f"mojolearn: Trainer: model_type {cfg.model_type!r} with per-head q/k norms or "
+                f"partial rotary is not trained in this version")
+        if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
+            raise ValueError(f"mojolearn: Trainer: optimizer={optimizer!r}; use one of "
+                             f"{', '.join(repr(k) for k in OPTIMIZERS)}")
+        if isinstance(progress, bool):
+            self._progress = 1 if progress else 0
+        elif isinstance(progress, int) and progress >= 0:
+            self._progress = progress
+        else:
+            raise TypeError(f"mojolearn: Trainer: progress must be a bool or a step interval "
+                            f"(int >= 0), got {progress!r}")
+        if max_norm is not None:
+            if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) \
+                    or not np.isfinite(max_norm) or max_norm <= 0:
+                raise ValueError(f"mojolearn: Trainer: max_norm must be a positive finite "
+                                 f"number or None, got {max_norm!r}")
+            max_norm = float(max_norm)
+        self.config = cfg
+        self.max_norm = max_norm
+        self.params = M.Params(cfg, weights)
+        del weights
+        kind = optimizer.lower()
+        kw = {"lr": lr, "lr_schedule": lr_schedule}
+        if kind in ("adam", "adamw"):
+            kw.update(betas=betas, eps=eps)
+        else:
+            kw.update(momentum=momentum)
+        if weight_decay is not None:
+            kw["weight_decay"] = weight_decay
+        self._opt_kind = kind
+        self._opt_args = {k: v for k, v in kw.items() if k != "lr_schedule"}
+        self.optimizer = getattr(_optim, OPTIMIZERS[kind])(self.params.list(), **kw)
+        self._schedule = lr_schedule
+        self._grads = None
+        self._model = None
+        self._model_t = None
+        self.last_loss = None
+        self._rope_len = 0
+        self._rope = None
+
+    # ------------------------------------------------------------------ inputs
+    def _batch(self, ids, labels, func):
+        V = self.config.vocab_size
+        ids = token_ids(ids, f"Trainer.{func}: ids", V)
+        B, L = ids.shape
+        if B == 0 or L < 2:
+            raise ValueError(f"mojolearn: Trainer.{func}: ids of shape {ids.shape}: each row "
+                             f"needs at least 2 tokens (a token and its next)")
+        if L > self.config.max_position_embeddings:
+            raise ValueError(f"mojolearn: Trainer.{func}: {L} tokens are past the model's "
+                             f"max_position_embeddings {self.config.max_position_embeddings}")
+        if labels is None:
+            lab = ids
+        else:
+            if isinstance(labels, np.ndarray) and labels.dtype.kind not in "iu":
+                raise TypeError(f"mojolearn: Trainer.{func}: labels must be integers, got "
+                                f"dtype {labels.dtype}")
+            arr = np.asarray(labels)
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"mojolearn: Trainer.{func}: labels must be integers, got "
+                                f"dtype {arr.dtype}")
+            if arr.ndim == 1:
+                arr = arr[None, :]
+            if arr.shape != ids.shape:
+                raise ValueError(f"mojolearn: Trainer.{func}: labels of shape {arr.shape} "
+                                 f"do not match ids of shape {ids.shape}")
+            bad = (arr != M.IGNORE) & ((arr < 0) | (arr >= V))
+            if bad.any():
+                raise ValueError(f"mojolearn: Trainer.{func}: labels hold "
+                                 f"{int(arr[bad].flat[0])}, neither -100 (ignored) nor a "
+                                 f"token id in [0, {V})")
+            lab = arr.astype(np.int64)
+        targets = np.full((B, L), M.IGNORE, dtype=np.int64)
+        targets[:, :-1] = lab[:, 1:]  # T-58
+        count = int((targets != M.IGNORE).sum())
+        if count == 0:
+            raise ValueError(f"mojolearn: Trainer.{func}: no position has a target (every "
+                             f"label is -100); the mean loss over zero tokens is undefined")
+        return ids, targets.reshape(-1), count
+
+    def _rope_for(self, L):
+        if self._rope is None or self._rope_len < L:
+            n = max(L, self._rope_len)
+            cos, sin = K.rope_table(n, self.config.rotary_dim, f32_bits(self.config.rope_theta))
+            self._rope = (cos, sin, TK.neg(sin))
+            self._rope_len = n
+        return self._rope
+
+    def _check_accumulation(self, accumulation, B, L, func):
+        if isinstance(accumulation, bool) or not isinstance(accumulation, (int, np.integer)) \
+                or accumulation < 1:
+            raise ValueError(f"mojolearn: Trainer.{func}: accumulation must be a positive int, "
+                             f"got {accumulation!r}")
+        A = int(accumulation)
+        if A == 1:
+            return 1
+        ok = [a for a in aligned_splits(B * L) if B % a == 0]
+        if A not in ok:
+            raise ValueError(
+                f"mojolearn: Trainer.{func}: accumulation={A} does not split a batch of {B} "
+                f"rows x {L} tokens into micro-batches of whole rows on fp32.v1 leaf "
+                f"boundaries (T-27); the counts that do: {ok}")
+        return A
+
+    # ------------------------------------------------------------------ gradients
+    def _compute(self, ids, targets, count, A, want=True):
+        """(loss, gradient list in parameter order or None)."""
+        B, L = ids.shape
+        cfg = self.config
+        rope = self._rope_for(L)
+        d_bits = f32_bits(float(count))
+        tied = cfg.tie_word_embeddings
+        emb_acc = np.zeros_like(self.params.arrays["model.embed_tokens.weight"]) if want else None
+        parts = []
+        losses = []
+        rb = B // A
+        for a in range(A):
+            g = self.params.grads_like() if want else None
+            losses.append(M.loss_and_grads(self.params, ids[a * rb:(a + 1) * rb],
+                                           targets[a * rb * L:(a + 1) * rb * L], d_bits, g,
+                                           emb_acc, rope))
+            if want:
+                parts.append(g)
+        rows = np.ascontiguousarray(np.concatenate(losses))
+        loss = _bits_f32(native().train_fold_div((_a(rows), rows.size, d_bits)))
+        if not want:
+            return loss, None
+        names = self.params.names
+        emb = "model.embed_tokens.weight"
+        out = []
+        for n in names:
+            if n == emb and not tied:
+                out.append(emb_acc)
+                continue
+            g = parts[0].arrays[n] if A == 1 else TK.tree_sum([p.arrays[n] for p in parts])
+            if n == emb:  # T-57
+                g = K.add(g, emb_acc, np.empty_like(g))
+            out.append(np.ascontiguousarray(g))
+        return loss, out
+
+    def gradients(self, ids, labels=None, accumulation=1):
+        """The gradients of the mean next-token loss by checkpoint name (new arrays), no
+        step taken."""
+        ids, targets, count = self._batch(ids, labels, "gradients")
+        A = self._check_accumulation(accumulation, *ids.shape, "gradients")
+        _loss, grads = self._compute(ids, targets, count, A)
+        return {n: g for n, g in zip(self.params.names, grads)}
+
+    def loss(self, ids, labels=None):
+        """The mean next-token loss of ids under the current weights (a float32 value)."""
+        ids, targets, count = self._batch(ids, labels, "loss")
+        return self._compute(ids, targets, count, 1, want=False)[0]
+
+    def step(self, ids, labels=None, accumulation=1):
+        """One optimizer step on the next-token loss of ids; returns that loss (before the
+        step). Non-finite gradients or weights are refused by name and no step is taken."""
+        t0 = time.perf_counter()
+        ids, targets, count = self._batch(ids, labels, "step")
+        A = self._check_accumulation(accumulation, *ids.shape, "step")
+        loss, grads = self._compute(ids, targets, count, A)
+        self.optimizer.step(grads, max_norm=self.max_norm)
+        self.last_loss = loss
+        self._model = None
+        if self._progress and self.optimizer.t % self._progress == 0:
+            dt = time.perf_counter() - t0
+            print(f"mojolearn: step {self.optimizer.t}: loss {loss:.6g}, "
+                  f"{ids.size / dt:.0f} tokens/s", file=sys.stderr, flush=True)
+        return loss
+
+    @property
+    def t(self) -> int:
+        """Optimizer steps taken."""
+        return self.optimizer.t
+
+    def weights(self) -> dict:
+        """The current weights by checkpoint name (copies, float32)."""
+        return {n: np.array(self.params.arrays[n], copy=True) for n in self.params.names}
+
+    @property
+    def model(self):
+        """A CausalLM holding the current weights (made again after each step)."""
+        if self._model is None or self._model_t != self.optimizer.t:
+            w = self.weights()
+            self._model = CausalLM(self.config, w, numeric_profile=self.numeric_profile,
+                                   source="Trainer weights", _owned=True)
+            self._model_t = self.optimizer.t
+        return self._model
+
+    # ------------------------------------------------------------------ files
+    def save(self, path):
+        """Write the weights, the optimizer state and settings, the step and the profile to
+        a safetensors file, atomically; the same state gives the same bytes."""
+        sd = self.optimizer.state_dict()
+        tensors = {"weight." + n: self.params.arrays[n] for n in self.params.names}
+        tensors["optimizer.exp_avg"] = np.ascontiguousarray(sd["exp_avg"], dtype=np.float32)
+        tensors["optimizer.exp_avg_sq"] = np.ascontiguousarray(sd["exp_avg_sq"], dtype=np.float32)
+        meta = {
+            "format": FORMAT,
+            "config": json.dumps(_config_dict(self.config), sort_keys=True),
+            "optimizer": json.dumps({"kind": self._opt_kind, "args": _jsonable(self._opt_args),
+                                     "t": int(sd["t"]),
+                                     "buf_initialized": [int(v) for v in np.asarray(
+                                         sd["buf_initialized"]).reshape(-1)]}, sort_keys=True),
+            "schedule": json.dumps(None if self._schedule is None else self._schedule.to_dict(),
+                                   sort_keys=True),
+            "max_norm": json.dumps(self.max_norm),
+        }
+        _ckpt._save(path, tensors, self.numeric_profile, meta)
+
+    @classmethod
+    def resume(cls, path, numeric_profile=None, progress=False):
+        """A trainer continuing from a file ``save`` wrote: its next steps equal an
+        uninterrupted run's bit for bit. A file of another profile, or one that is not a
+        trainer file, is refused by name."""
+        ckpt, meta = _ckpt._load(path)
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"mojolearn: Trainer.resume: {os.fspath(path)!r} is not a trainer "
+                             f"file (Trainer.save writes one); to start from model weights use "
+                             f"Trainer(CausalLM.load(...)) or Trainer(path)")
+        profile = _rules.adopt_saved(meta, numeric_profile, what="Trainer.resume: file",
+                                     use="training")
+        cfg = ModelConfig.from_dict(json.loads(meta["config"]))
+        o = json.loads(meta["optimizer"])
+        weights = {}
+        for name, arr in ckpt.weights.items():
+            if name.startswith("weight."):
+                weights[name[len("weight."):]] = np.asarray(arr)
+        sched = json.loads(meta["schedule"])
+        sched = None if sched is None else _schedule.from_dict(sched)
+        self = cls.__new__(cls)
+        self.numeric_profile = profile
+        args = dict(o["args"])
+        if "betas" in args:
+            args["betas"] = tuple(args["betas"])
+        lr = args.pop("lr")
+        wd = args.pop("weight_decay", None)
+        self._setup(cfg, weights, o["kind"], lr, wd, args.get("betas", (0.9, 0.999)),
+                    args.get("eps", 1e-8), args.get("momentum", 0.0), sched,
+                    json.loads(meta["max_norm"]), progress)
+        missing = [n for n in self.params.names if n not in weights]
+        if missing:
+            raise ValueError(f"mojolearn: Trainer.resume: the file lacks weight {missing[0]!r}")
+        self.optimizer.load_state_dict({
+            "t": o["t"], "exp_avg": np.asarray(ckpt.weights["optimizer.exp_avg"]),
+            "exp_avg_sq": np.asarray(ckpt.weights["optimizer.exp_avg_sq"]),
+            "buf_initialized": np.asarray(o["buf_initialized"], dtype=np.int32)})
+        return self
+
+    def save_model(self, directory):
+        """A Hugging Face folder: config.json and model.safetensors (float32), which
+        CausalLM.load and transformers read."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        cfg = _config_dict(self.config)
+        with open(os.path.join(directory, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2, sort_keys=True)
+        _ckpt._save(os.path.join(directory, "model.safetensors"),
+                    {n: self.params.arrays[n] for n in self.params.names}, None, {"format": "pt"})
+
+
+ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+
+
+def _config_dict(cfg) -> dict:
+    d = {
+        "model_type": cfg.model_type, "architectures": [ARCH.get(cfg.model_type, "")],
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim,
+        "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "tie_word_embeddings": cfg.tie_word_embeddings, "hidden_act": "silu",
+        "torch_dtype": "float32",
+    }
+    if cfg.model_type == "qwen2":
+        d["use_sliding_window"] = False
+    return d
+
+
+def _jsonable(d: dict) -> dict:
+    out = {}
+    for k, v in d.items():
+        out[k] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _weights_of(lm):
+    """(config, float32 weights) of a CausalLM loaded from a checkpoint, or of a path."""
+    from ..models._load.loader import read_model, split_fused, check_weights
+
+    if isinstance(lm, (str, os.PathLike)):
+        path = lm
+    elif isinstance(lm, CausalLM):
+        if type(lm) is not CausalLM:
+            raise NotImplementedError(f"mojolearn: Trainer: a {type(lm).__name__} is not "
+                                      f"trained in this version; the trainer computes the "
+                                      f"transformer families {', '.join(M.TRAINED_TYPES)}")
+        if lm.weight_format != "float32":
+            raise ValueError(f"mojolearn: Trainer: the model holds its weights as "
+                             f"{lm.weight_format!r}; weights stored low-bit are not trained "
+                             f"(train in float32, pack after)")
+        path = getattr(lm, "_source_path", None)
+        if path is None:
+            raise ValueError("mojolearn: Trainer: this CausalLM was built from a weights dict, "
+                             "whose float32 values it no longer holds; pass the checkpoint's "
+                             "path, or build it with CausalLM.load")
+    else:
+        raise TypeError(f"mojolearn: Trainer: lm must be a CausalLM or a checkpoint path, got "
+                        f"{type(lm).__name__}")
+    cfg, weights = read_model(path, lazy=True)
+    from .._ops.lowbit import BF16Weight, Int8Weight
+
+    weights = split_fused(cfg, weights)
+    check_weights(cfg, weights, f"Trainer: model {os.fspath(path)!r}")
+    out = {}
+    for name in list(weights):
+        w = weights.pop_stored(name)
+        if isinstance(w, (BF16Weight, Int8Weight)):
+            raise ValueError(f"mojolearn: Trainer: tensor {name!r} is stored low-bit "
+                             f"({type(w).__name__}); weights stored low-bit are not trained "
+                             f"(train in float32, pack after)")
+        out[name] = np.ascontiguousarray(w, dtype=np.float32)
+    return cfg, out

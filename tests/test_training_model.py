@@ -1,0 +1,365 @@
+"""The trainer (rules T-47 .. T-60 of contracts/ops/IDENTICAL_TRAIN_CONTRACT.md): the
+forward's loss is the inference model's, the gradients are torch autograd's within
+float32 rounding, and the bits do not move with the thread count, the CPU build, the
+micro-batch split or a save and resume."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from mojolearn import training
+from mojolearn.models import CausalLM
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SHAPES = {
+    # GQA, untied head, k > 128 in the head (V = 300) and the MLP (2 x 160)
+    "llama": dict(model_type="llama", vocab_size=300, hidden_size=64, intermediate_size=160,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=256,
+                  tie_word_embeddings=False),
+    # tied head, no GQA
+    "mistral": dict(model_type="mistral", vocab_size=260, hidden_size=48, intermediate_size=96,
+                    num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=3,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=256,
+                    tie_word_embeddings=True, sliding_window=None),
+    # q/k/v biases, a tied head, GQA 4:1
+    "qwen2": dict(model_type="qwen2", vocab_size=270, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                  rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=256,
+                  tie_word_embeddings=True, use_sliding_window=False),
+}
+ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+
+
+def make_weights(cfg: dict, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    d, ff, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    nh, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = d // nh
+
+    def m(*shape, s=0.08):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": m(V, d, s=0.5),
+         "model.norm.weight": (1 + m(d, s=0.1)).astype(np.float32)}
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = m(V, d, s=0.2)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = (1 + m(d, s=0.1)).astype(np.float32)
+        w[p + "post_attention_layernorm.weight"] = (1 + m(d, s=0.1)).astype(np.float32)
+        w[p + "self_attn.q_proj.weight"] = m(nh * hd, d, s=0.3)
+        w[p + "self_attn.k_proj.weight"] = m(kv * hd, d, s=0.3)
+        w[p + "self_attn.v_proj.weight"] = m(kv * hd, d)
+        w[p + "self_attn.o_proj.weight"] = m(d, nh * hd)
+        w[p + "mlp.gate_proj.weight"] = m(ff, d)
+        w[p + "mlp.up_proj.weight"] = m(ff, d)
+        w[p + "mlp.down_proj.weight"] = m(d, ff)
+        if cfg["model_type"] == "qwen2":
+            for n, rows in (("q", nh * hd), ("k", kv * hd), ("v", kv * hd)):
+                w[p + f"self_attn.{n}_proj.bias"] = m(rows, s=0.1)
+    return w
+
+
+def write_model(directory, arch: str, seed: int = 0) -> str:
+    cfg = dict(SHAPES[arch], architectures=[ARCH[arch]], hidden_act="silu",
+               torch_dtype="float32")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    save_file(make_weights(cfg, seed), os.path.join(directory, "model.safetensors"))
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train_models")
+    return {a: write_model(root / a, a, seed=i) for i, a in enumerate(SHAPES)}
+
+
+def batch(V, B=4, L=64, seed=1):
+    return np.random.default_rng(seed).integers(0, V, size=(B, L), dtype=np.int64)
+
+
+def bits(a):
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def same_grads(g1: dict, g2: dict):
+    assert list(g1) == list(g2)
+    for n in g1:
+        assert np.array_equal(bits(g1[n]), bits(g2[n])), n
+
+
+@pytest.mark.parametrize("arch", list(SHAPES))
+def test_T58_loss_is_the_inference_models_loss(models, arch):
+    """T-58, T-47: the trainer's per-position losses are cross_entropy (T-14) of the
+    inference model's logits for the next tokens, bit for bit; the reported loss is
+    their T-17 mean over the B x L positions (the last of each row ignored)."""
+    from mojolearn._train import model as M
+
+    tr = training.Trainer(models[arch])
+    V = tr.config.vocab_size
+    ids = batch(V)
+    lm = CausalLM.load(models[arch])
+    logits = lm.forward(ids).reshape(-1, V)
+    _, targets, count = tr._batch(ids, None, "loss")
+    want = training.cross_entropy(logits, targets, reduction="none")
+    got = M.loss_and_grads(tr.params, ids, targets, 0, None, None, tr._rope_for(ids.shape[1]))
+    assert np.array_equal(bits(got), bits(want))
+    mean = training.cross_entropy(logits, targets, reduction="mean")
+    assert bits(np.float32(tr.loss(ids)))[()] == bits(np.float32(mean))[()]
+
+
+def _torch_grads(path, ids):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path, torch_dtype=torch.float32, attn_implementation="eager")
+    t = torch.from_numpy(ids)
+    out = model(input_ids=t, labels=t)
+    out.loss.backward()
+    return float(out.loss), {n: p.grad.detach().numpy() for n, p in model.named_parameters()
+                             if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch", list(SHAPES))
+def test_T47_to_T57_gradients_match_torch_autograd(models, arch):
+    """T-47 .. T-57: every gradient within 1e-4 (normwise, per tensor) of torch autograd
+    on the same model in transformers (float32), the loss within 1e-5 relative."""
+    tr = training.Trainer(models[arch])
+    ids = batch(tr.config.vocab_size, B=2, L=40, seed=3)
+    g = tr.gradients(ids)
+    loss = tr.loss(ids)
+    tloss, tg = _torch_grads(models[arch], ids)
+    assert abs(loss - tloss) <= 1e-5 * abs(tloss)
+    for n, want in tg.items():
+        name = n if n in g else None
+        assert name is not None, f"no gradient for {n}"
+        err = np.linalg.norm(g[n].astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30)
+        assert err <= 1e-4, f"{arch} {n}: relative error {err:.2e}"
+
+
+def test_T60_gradients_are_named_like_the_checkpoint(models):
+    """T-60: gradients() keys are the checkpoint's names in the trainer's order, each the
+    shape of its weight."""
+    tr = training.Trainer(models["qwen2"])
+    g = tr.gradients(batch(tr.config.vocab_size, B=1, L=8))
+    w = tr.weights()
+    assert list(g) == list(w)
+    assert all(g[n].shape == w[n].shape and g[n].dtype == np.float32 for n in g)
+    assert "model.layers.0.self_attn.q_proj.bias" in g and "lm_head.weight" not in g
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_T59_thread_count_changes_no_bit(models, arch):
+    """T-59 (identity): the gradients and two AdamW steps at 1, 2 and 3 threads are the
+    same bits."""
+    from mojolearn._core import threads
+
+    ids = batch(SHAPES[arch]["vocab_size"], B=2, L=64, seed=5)
+    old = threads.get_num_threads()
+    runs = []
+    try:
+        for n in (1, 2, 3):
+            threads.set_num_threads(n)
+            tr = training.Trainer(models[arch], max_norm=1.0)
+            g = tr.gradients(ids)
+            tr.step(ids)
+            tr.step(ids)
+            runs.append((g, tr.weights()))
+    finally:
+        threads.set_num_threads(old)
+    for g, w in runs[1:]:
+        same_grads(g, runs[0][0])
+        same_grads(w, runs[0][1])
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+def test_T59_micro_batches_give_the_whole_batchs_bits(models, arch):
+    """T-59, T-26, T-27: 4 rows x 64 tokens (256 tokens, two leaves) as 2 micro-batches of
+    2 rows give the whole batch's gradients, loss and step bit for bit; a split that is
+    not on the tree's nodes is refused, naming the splits that work."""
+    ids = batch(SHAPES[arch]["vocab_size"], B=4, L=64, seed=7)
+    a = training.Trainer(models[arch])
+    b = training.Trainer(models[arch])
+    same_grads(a.gradients(ids), b.gradients(ids, accumulation=2))
+    la, lb = a.step(ids), b.step(ids, accumulation=2)
+    assert bits(np.float32(la))[()] == bits(np.float32(lb))[()]
+    same_grads(a.weights(), b.weights())
+    with pytest.raises(ValueError, match=r"accumulation=4 .*\[1, 2\]"):
+        a.step(ids, accumulation=4)
+    with pytest.raises(ValueError, match="accumulation=3"):
+        a.step(ids, accumulation=3)
+
+
+def test_T59_sabotage_a_running_sum_over_micro_batches_is_seen(models, monkeypatch):
+    """T-59, T-26: the identity above can fail: 8 rows x 64 tokens (four leaves) as 4
+    micro-batches equal the whole batch with the T-26 tree, and not when the parts are
+    joined by a running sum ((g0 + g1) + g2) + g3 (the sabotage, in the test)."""
+    from mojolearn._train import trainer as T
+
+    tr = training.Trainer(models["llama"])
+    ids = batch(tr.config.vocab_size, B=8, L=64, seed=11)
+    whole = tr.gradients(ids)
+    same_grads(whole, tr.gradients(ids, accumulation=4))
+
+    def running(arrays):
+        acc = arrays[0].copy()
+        for a in arrays[1:]:
+            acc = (acc + a).astype(np.float32)
+        return acc
+
+    monkeypatch.setattr(T.TK, "tree_sum", running)
+    bad = tr.gradients(ids, accumulation=4)
+    differ = [n for n in whole if not np.array_equal(bits(whole[n]), bits(bad[n]))]
+    assert len(differ) >= len(whole) // 2, differ
+
+
+def test_T60_save_resume_equals_an_uninterrupted_run(models, tmp_path):
+    """T-60, T-39: 20 AdamW steps with a warmup-cosine schedule and clipping, against 7
+    steps, save, resume in a new trainer, 13 more: the same losses and weights bit for
+    bit; the saved file's bytes are the same when written by another process."""
+    sched = training.WarmupCosineLR(3e-3, warmup_steps=4, total_steps=20, min_lr=1e-4)
+    path = models["qwen2"]
+    V = SHAPES["qwen2"]["vocab_size"]
+    data = [batch(V, B=2, L=16, seed=100 + s) for s in range(20)]
+
+    straight = training.Trainer(path, lr_schedule=sched, max_norm=0.5)
+    losses = [straight.step(x) for x in data]
+    assert losses[-1] < losses[0]
+
+    first = training.Trainer(path, lr_schedule=sched, max_norm=0.5)
+    got = [first.step(x) for x in data[:7]]
+    f = tmp_path / "t7.safetensors"
+    first.save(f)
+    again = training.Trainer.resume(f)
+    assert again.t == 7
+    got += [again.step(x) for x in data[7:]]
+    assert bits(np.float32(got)).tolist() == bits(np.float32(losses)).tolist()
+    same_grads(again.weights(), straight.weights())
+    # another process writes the same bytes for the same state
+    child = (
+        "import sys, numpy as np\n"
+        "from mojolearn import training\n"
+        "from mojolearn._train import trainer as T\n"
+        f"tr = training.Trainer.resume({str(f)!r})\n"
+        "tr.save(sys.argv[1])\n"
+    )
+    g = tmp_path / "t7b.safetensors"
+    r = subprocess.run([sys.executable, "-c", child, str(g)], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f.read_bytes() == g.read_bytes()
+
+
+_ISA_CHILD = """
+import hashlib, sys
+import numpy as np
+from mojolearn import training
+tr = training.Trainer(sys.argv[1], max_norm=1.0)
+ids = np.random.default_rng(9).integers(0, tr.config.vocab_size, size=(2, 64))
+h = hashlib.sha256()
+for _ in range(3):
+    h.update(np.float32(tr.step(ids)).tobytes())
+for n, w in tr.weights().items():
+    h.update(w.tobytes())
+print(h.hexdigest()[:16])
+"""
+
+
+def test_T59_every_cpu_build_gives_the_same_steps(models):
+    """T-59 (identity): three AdamW steps with clipping give the same losses and weights
+    on every CPU build this CPU runs (MOJOLEARN_ISA forces each, in its own process)."""
+    from mojolearn._core import cpu as _cpu
+
+    outs = {}
+    for name in _cpu.runnable():
+        env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(ROOT, "python"))
+        env.pop("MOJOLEARN_NATIVE", None)
+        r = subprocess.run([sys.executable, "-c", _ISA_CHILD, models["llama"]], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs[name] = r.stdout.strip()
+    assert len(outs) >= 2 and len(set(outs.values())) == 1, outs
+
+
+def test_T45_training_profile_is_fp32_v1(models, monkeypatch):
+    """T-45: the inference default never reaches the trainer (fixed15_v1 set for
+    inference, the trainer computes fp32_v1); naming fixed15_v1 is refused by name."""
+    from mojolearn import profiles
+
+    old = profiles.set_numeric_profile("fixed15_v1")
+    try:
+        tr = training.Trainer(models["llama"])
+        assert tr.numeric_profile == "fp32_v1"
+    finally:
+        profiles.set_numeric_profile(old)
+    with pytest.raises(ValueError, match="fixed15_v1"):
+        training.Trainer(models["llama"], numeric_profile="fixed15_v1")
+
+
+def test_T44_bad_input_is_refused_and_changes_nothing(models):
+    """T-40, T-41, T-44, T-46: float or bool ids, labels of another shape or out of range,
+    one-token rows, NaN in the weights: each refused by name, the weights unchanged and no
+    step counted."""
+    tr = training.Trainer(models["llama"])
+    V = tr.config.vocab_size
+    ids = batch(V, B=2, L=8)
+    before = tr.weights()
+    with pytest.raises(TypeError):
+        tr.step(ids.astype(np.float32))
+    with pytest.raises(TypeError):
+        tr.step(ids.astype(bool))
+    with pytest.raises(ValueError, match="labels of shape"):
+        tr.step(ids, labels=ids[:, :4])
+    with pytest.raises(ValueError, match="labels hold"):
+        tr.step(ids, labels=ids + V)
+    with pytest.raises(ValueError, match="2 tokens"):
+        tr.step(ids[:, :1])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tr.step(ids + V)
+    tr.params.arrays["model.norm.weight"][3] = np.nan
+    with pytest.raises(ValueError, match="NaN|non-finite|not finite"):
+        tr.step(ids)
+    tr.params.arrays["model.norm.weight"][3] = before["model.norm.weight"][3]
+    assert tr.t == 0
+    same_grads(tr.weights(), before)
+
+
+def test_T60_low_bit_and_other_families_are_refused(models, tmp_path):
+    """T-60: a model held low-bit, a CausalLM built from a dict and a trainer file of
+    another kind are refused by name."""
+    lm = CausalLM.load(models["llama"], weight_format="int8")
+    with pytest.raises(ValueError, match="low-bit"):
+        training.Trainer(lm)
+    with pytest.raises(ValueError, match="not a trainer file"):
+        training.Trainer.resume(os.path.join(models["llama"], "model.safetensors"))
+
+
+def test_T60_trained_model_runs_and_saves(models, tmp_path):
+    """T-60: tr.model computes with the current weights (its logits change after a step
+    and equal a CausalLM loaded from save_model's folder, which transformers reads too)."""
+    tr = training.Trainer(models["llama"], lr=1e-2)
+    ids = batch(tr.config.vocab_size, B=1, L=12)
+    before = tr.model.forward(ids)
+    tr.step(ids)
+    after = tr.model.forward(ids)
+    assert not np.array_equal(bits(before), bits(after))
+    out = tmp_path / "saved"
+    tr.save_model(out)
+    again = CausalLM.load(out).forward(ids)
+    assert np.array_equal(bits(after), bits(again))
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    m = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32)
+    t = m(input_ids=torch.from_numpy(ids)).logits.detach().numpy()
+    assert np.max(np.abs(t - again)) <= 1e-4 * np.max(np.abs(again))
