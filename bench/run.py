@@ -377,6 +377,11 @@ def main(argv=None):
 
     run_mamba(B, threads, a.quick, torch)
 
+    # ------------------------------------------------ training
+    from train_bench import run_training
+
+    run_training(B, threads, a.quick, torch, _smollm2_dir())
+
     # ------------------------------------------------ write results
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip() or None
@@ -449,6 +454,20 @@ def main(argv=None):
     except ImportError:
         print("(matplotlib not installed: no plot)")
     return 0
+
+
+def _smollm2_dir():
+    """SmolLM2-135M as a Hugging Face folder (exported once from the GGUF), or None."""
+    if os.environ.get("MOJOLEARN_BENCH_NO_MODELS"):
+        return None
+    from fetch_model import fetch
+    from hf_export import export_hf
+
+    try:
+        gguf_path = fetch()
+    except Exception:  # noqa: BLE001 - run_models said why
+        return None
+    return export_hf(gguf_path, os.path.join(os.path.dirname(gguf_path), "smollm2-135m-hf"))
 
 
 def plot(data, path):

@@ -9,7 +9,7 @@ from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, ptr_f32
 from common.tasks import chunk_bounds, run_tasks
 from transformer.cpu.attention import _srow
-from train.cpu.model_ops import attn_probs_range, softmax_bwd_rows, silu_mul_bwd_rows, fold_div
+from train.cpu.model_ops import attn_probs_range, softmax_bwd_rows, silu_mul_bwd_rows, fold_div, rmsnorm_terms_rows
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -94,8 +94,26 @@ def train_fold_div(args: PythonObject) raises -> PythonObject:
     return PythonObject(Int(bitcast[DType.uint32, 1](SIMD[DType.float32, 1](r))[0]))
 
 
+def train_rmsnorm_terms(args: PythonObject) raises -> PythonObject:
+    """(dy, x, out, rows, d, eps f32 bits, tasks): T-11's terms."""
+    var dy = ptr_f32(_arg(args, 0))
+    var x = ptr_f32(_arg(args, 1))
+    var out = ptr_f32(_arg(args, 2))
+    var rows = _arg(args, 3)
+    var d = _arg(args, 4)
+    var eps = _f32(_arg(args, 5))
+    var t_count = _tasks(rows, _arg(args, 6), max(1, 8192 // max(1, d)))
+    def work(t: Int) {imm dy, imm x, imm out, imm rows, imm d, imm eps, imm t_count}:
+        var b = chunk_bounds(rows, t_count, t, 1)
+        rmsnorm_terms_rows(dy, x, d, eps, out, b[0], b[1])
+
+    run_tasks(work, t_count)
+    return PythonObject(None)
+
+
 def register_train_model(mut m: PythonModuleBuilder) raises:
     m.def_function[train_attn_probs]("train_attn_probs")
     m.def_function[train_softmax_bwd]("train_softmax_bwd")
     m.def_function[train_silu_mul_bwd]("train_silu_mul_bwd")
     m.def_function[train_fold_div]("train_fold_div")
+    m.def_function[train_rmsnorm_terms]("train_rmsnorm_terms")

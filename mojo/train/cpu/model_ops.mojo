@@ -7,9 +7,9 @@ contract floating-point state, or explicitly) and every stored value flushed.
 from std.memory import bitcast
 from std.sys import simd_width_of
 from common.ptr import F32Ptr
-from arith.fp import ftz
-from arith.elementary import mul, silu_mul_bwd
-from arith.tree import leaf_size, leaf_count, chain_step, tree_add
+from arith.fp import ftz, daz_in
+from arith.elementary import mul, silu_mul_bwd, sqrt_rn
+from arith.tree import leaf_size, leaf_count, chain_step, chain_step_daz, tree_add
 from std.collections import List
 from transformer.cpu.attention import (
     attn_scale, _srow, _scores_f32, _softmax_exp, _serial_sums, _softmax_div,
@@ -115,3 +115,30 @@ def fold_div(x: F32Ptr, n: Int, d: Float32) -> Float32:
             parts[half] = parts[nl - 1]
         nl = half + nl % 2
     return ftz(F1(parts[0]) / F1(d))[0]
+
+
+def rmsnorm_terms_rows(dy: F32Ptr, x: F32Ptr, d: Int, eps: Float32, dst: F32Ptr, r0: Int, r1: Int):
+    """T-11's terms: dst[r, j] = mul(dy_rj, mul(x_rj, rstd_r)), rstd by M-4 (the forward's
+    steps), for the weight gradient's fold over the rows when it is computed in parts
+    (data-parallel ranks: contract 6.7)."""
+    for r in range(r0, r1):
+        var xr = x.unsafe_offset(r * d)
+        var acc = F1(0)
+        for j in range(d):
+            var v = F1(xr.unsafe_load(j))
+            acc = chain_step_daz[1](v, v, acc)
+        acc = ftz(acc)
+        var mean = ftz(acc / F1(Float32(d)))
+        var rstd = ftz(F1(1) / sqrt_rn(ftz(mean + daz_in(F1(eps)))))
+        var dr = dy.unsafe_offset(r * d)
+        var o = dst.unsafe_offset(r * d)
+        var rs = FW(rstd[0])
+        var j = 0
+        while j + W <= d:
+            var t = ftz(mul(daz_in(xr.unsafe_load[width=W](j)), rs))
+            o.unsafe_store(j, ftz(mul(daz_in(dr.unsafe_load[width=W](j)), t)))
+            j += W
+        while j < d:
+            var t = ftz(mul(daz_in(xr.unsafe_load[width=1](j)), rstd))
+            o.unsafe_store(j, ftz(mul(daz_in(dr.unsafe_load[width=1](j)), t)))
+            j += 1

@@ -138,6 +138,8 @@ ENTRIES = (
           doc="T-52: the gated MLP's (dg, du)"),
     Entry("train_fold_div", ("x", "n", "d_bits"), "cpu", "int",
           "T-17, T-58: the float32 bits of div(fold(k = n)(x), d)"),
+    Entry("train_rmsnorm_terms", ("dy", "x", "out", "rows", "d", "eps_bits", "tasks"), "cpu",
+          doc="T-11's terms mul(dy, mul(x, rstd)), folded in parts by data-parallel ranks"),
     # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
     Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                "b_bf16"), "cpu"),

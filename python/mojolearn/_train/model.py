@@ -152,14 +152,20 @@ class _LayerSaved:
 
 
 def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | None, emb_acc,
-                   rope):
+                   rope, sums=None):
     """One micro-batch: ids (B, L) int64, targets (B * L,) int64 (IGNORE where a position has
     no target). Returns the per-position losses (B * L,) (T-14, T-16). With ``grads``,
     writes into it every token-sum gradient of this micro-batch (its dot / fold over these
     tokens, T-6 / T-11 / T-56), the head's T-6 dW into lm_head (untied) or into the
     embedding's slot (tied; the trainer adds the chain after, T-57), and continues the
     embedding's chain in ``emb_acc`` (T-13). d_bits: the float32 bits of the whole batch's
-    counted positions (T-18's D)."""
+    counted positions (T-18's D).
+
+    ``sums`` (data-parallel ranks): a PartSums; every token-sum gradient is then computed
+    as its part over this rank's range of the batch's tokens (contract 6.7) into
+    ``sums.parts`` instead of ``grads`` (whose arrays serve as scratch), and the
+    embedding's chain is left to the caller: ``sums.dx`` holds the gradient at the
+    embedding's output."""
     cfg = params.cfg
     A = params.arrays
     B, L = ids.shape
@@ -218,10 +224,24 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | No
     # the head (T-5, T-6) and the final norm (T-9 .. T-11)
     dxf = _mm(dlog, head, _empty(rows, d), rows, d, V)
     dhead = G["model.embed_tokens.weight"] if cfg.tie_word_embeddings else G["lm_head.weight"]
-    _mm(dlog, xf, dhead, V, d, rows, ta=1)
+
+    def wsum(key, out, a, b):  # out = a^T b over this call's tokens (T-6)
+        if sums is None:
+            _mm(a, b, out, out.shape[0], out.shape[1], rows, ta=1)
+        else:
+            sums.product(key, a, b)
+
+    def nsum(key, dy, xin):  # a norm weight's fold over the tokens (T-11), in parts
+        if sums is not None:
+            t = _empty(rows, d)
+            native().train_rmsnorm_terms((_a(dy), _a(xin), _a(t), rows, d, eps, tasks()))
+            sums.fold(key, t)
+
+    wsum("head", dhead, dlog, xf)
     del dlog
     dx = _empty(rows, d)
     TK.rms_norm_backward(dxf, x, A["model.norm.weight"], eps, dx, G["model.norm.weight"])
+    nsum("model.norm.weight", dxf, x)
     scale = K.attn_scale_bits(hd)
     rep = nh // kvh
     for i in reversed(range(len(params.stacked))):
@@ -231,20 +251,21 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | No
         gqkv, ggu, gbias = grads.stacked[i]
         # the MLP (T-52, T-54) and its residual (T-55)
         dpm = _mm(dx, A[p + "mlp.down_proj.weight"], _empty(rows, ff), rows, ff, d)
-        _mm(dx, s.pm, G[p + "mlp.down_proj.weight"], d, ff, rows, ta=1)
+        wsum(p + "mlp.down_proj.weight", G[p + "mlp.down_proj.weight"], dx, s.pm)
         dgu = _empty(rows, 2 * ff)
         native().train_silu_mul_bwd((_a(s.gu), 2 * ff, _a(dpm), ff, _a(dgu), rows, ff, tasks()))
         del dpm
         dh2 = _mm(dgu, wgu, _empty(rows, d), rows, d, 2 * ff)
-        _mm(dgu, s.h2, ggu, 2 * ff, d, rows, ta=1)
+        wsum(p + "gu", ggu, dgu, s.h2)
         del dgu
         dxn = _empty(rows, d)
         TK.rms_norm_backward(dh2, s.x1, A[p + "post_attention_layernorm.weight"], eps, dxn,
                              G[p + "post_attention_layernorm.weight"])
+        nsum(p + "post_attention_layernorm.weight", dh2, s.x1)
         dx1 = K.add(dx, dxn, dxn)
         # attention (T-48 .. T-51), o_proj (T-5, T-6)
         dctx = _mm(dx1, A[p + "self_attn.o_proj.weight"], _empty(rows, nq), rows, nq, d)
-        _mm(dx1, s.ctx, G[p + "self_attn.o_proj.weight"], d, nq, rows, ta=1)
+        wsum(p + "self_attn.o_proj.weight", G[p + "self_attn.o_proj.weight"], dx1, s.ctx)
         dq = _empty(rows, nq)
         dk = _empty(rows, nk)
         dqkv = _empty(rows, ldq)
@@ -255,17 +276,43 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | No
         K.rope(dk, 0, nk, dqkv[:, nq:], ldq, hd, kvh, hd, cos, nsin, 0, L, rows, rot_dim=rot)
         del dq, dk
         if gbias is not None:  # T-56
-            gbias[...] = TK.fold_rows(dqkv)
+            if sums is None:
+                gbias[...] = TK.fold_rows(dqkv)
+            else:
+                sums.fold(p + "bias", dqkv)
         dh = _mm(dqkv, wqkv, _empty(rows, d), rows, d, ldq)
-        _mm(dqkv, s.h, gqkv, ldq, d, rows, ta=1)
+        wsum(p + "qkv", gqkv, dqkv, s.h)
         del dqkv
         dxn = _empty(rows, d)
         TK.rms_norm_backward(dh, s.x, A[p + "input_layernorm.weight"], eps, dxn,
                              G[p + "input_layernorm.weight"])
+        nsum(p + "input_layernorm.weight", dh, s.x)
         dx = K.add(dx1, dxn, dxn)
         saved[i] = None
+    if sums is not None:
+        sums.dx = dx  # the caller runs the chain over every rank's tokens in order
+        return losses
     TK.embedding_backward_into(dx, flat, emb_acc)  # T-13, carried across micro-batches
     return losses
+
+
+class PartSums:
+    """The token-sum gradients of one rank as parts over its range [t0, t0 + rows) of
+    the batch's T tokens (contract 6.7: linalg.matmul_part; a fold is the product with a
+    column of ones, whose chain steps fma(1, x, acc) are add(acc, x)), keyed in the order
+    the backward makes them (the same on every rank)."""
+
+    def __init__(self, T: int, t0: int):
+        self.T, self.t0, self.parts, self.dx = T, t0, {}, None
+
+    def product(self, key, a, b):
+        from .._ops import ksplit as _ksplit
+
+        self.parts[key] = _ksplit.matmul_part(a, b, k=self.T, k_start=self.t0, transpose_a=True)
+
+    def fold(self, key, terms):
+        ones = np.ones((terms.shape[0], 1), dtype=np.float32)
+        self.product(key, ones, terms)
 
 
 def _attention_backward(s, dctx, dq, dk, dqkv, B, L, nh, kvh, hd, rep, scale, nq, nk):

@@ -77,17 +77,17 @@ class Trainer:
 
     def __init__(self, lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=(0.9, 0.999),
                  eps=1e-8, momentum=0.0, lr_schedule=None, max_norm=None, numeric_profile=None,
-                 progress=False, **unexpected):
+                 progress=False, group=None, timeout=300.0, **unexpected):
         if unexpected:
             name = sorted(unexpected)[0]
             raise TypeError(f"mojolearn: Trainer: unexpected argument {name!r}")
         self.numeric_profile = _profiles.require_training("Trainer", numeric_profile)
         cfg, weights = _weights_of(lm)
         self._setup(cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
-                    lr_schedule, max_norm, progress)
+                    lr_schedule, max_norm, progress, group, timeout)
 
     def _setup(self, cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
-               lr_schedule, max_norm, progress):
+               lr_schedule, max_norm, progress, group=None, timeout=300.0):
         if cfg.model_type not in M.TRAINED_TYPES:
             raise NotImplementedError(
                 f"mojolearn: Trainer: model_type {cfg.model_type!r} is not trained in this "
@@ -134,6 +134,13 @@ class Trainer:
         self.last_loss = None
         self._rope_len = 0
         self._rope = None
+        self._comm = None
+        self._scratch = None
+        if group is not None:
+            from . import ranks as _ranks
+
+            self._comm = _ranks.Ranks(group, timeout)
+            self._comm.same_weights(self.params, self._opt_kind, self._opt_args, max_norm)
 
     # ------------------------------------------------------------------ inputs
     def _batch(self, ids, labels, func):
@@ -200,8 +207,14 @@ class Trainer:
         return A
 
     # ------------------------------------------------------------------ gradients
-    def _compute(self, ids, targets, count, A, want=True):
+    def _compute(self, ids, targets, count, A, want=True, func="step"):
         """(loss, gradient list in parameter order or None)."""
+        if self._comm is not None:
+            if A != 1:
+                raise ValueError(f"mojolearn: Trainer.{func}: accumulation={A} with group=: "
+                                 f"the ranks already split the batch; give each rank fewer "
+                                 f"rows instead")
+            return self._compute_group(ids, targets, count, func)
         B, L = ids.shape
         cfg = self.config
         rope = self._rope_for(L)
@@ -235,18 +248,73 @@ class Trainer:
             out.append(np.ascontiguousarray(g))
         return loss, out
 
+    def _compute_group(self, ids, targets, count, func):
+        """T-61: this rank's rows as parts over its range of the batch's tokens, folded with
+        every other rank's on every rank; (loss, gradient list), the same on every rank."""
+        comm = self._comm
+        B, L = ids.shape
+        T, t0, rows, total = comm.layout(B, L, count, func)
+        starts, o = [], 0
+        for r in rows:
+            starts.append((o * L, (o + r) * L))
+            o += r
+        cfg = self.config
+        d = cfg.hidden_size
+        d_bits = f32_bits(float(total))
+        if self._scratch is None:
+            self._scratch = self.params.grads_like()
+        sums = M.PartSums(T, t0)
+        losses = M.loss_and_grads(self.params, ids, targets, d_bits, self._scratch, None,
+                                  self._rope_for(L), sums=sums)
+        folded, all_losses, all_dy, all_ids = comm.fold(
+            sums, T, starts, losses, sums.dx, np.ascontiguousarray(ids.reshape(-1)), d)
+        loss = _bits_f32(native().train_fold_div((_a(all_losses), all_losses.size, d_bits)))
+        emb = np.zeros_like(self.params.arrays["model.embed_tokens.weight"])
+        TK.embedding_backward_into(all_dy, all_ids, emb)  # T-13 in the batch's order
+        out = []
+        for n in self.params.names:
+            out.append(self._folded_grad(n, folded, emb))
+        return loss, out
+
+    def _folded_grad(self, n, folded, emb):
+        cfg = self.config
+        nq = cfg.num_attention_heads * cfg.head_dim
+        nk = cfg.num_key_value_heads * cfg.head_dim
+        ff = cfg.intermediate_size
+        if n == "model.embed_tokens.weight":
+            if not cfg.tie_word_embeddings:
+                return emb
+            return K.add(np.ascontiguousarray(folded["head"]), emb, np.empty_like(emb))  # T-57
+        if n == "lm_head.weight":
+            return np.ascontiguousarray(folded["head"])
+        if n.endswith("layernorm.weight") or n == "model.norm.weight":
+            return np.ascontiguousarray(folded[n].reshape(-1))
+        p, _, rest = n.rpartition("self_attn.") if "self_attn." in n else n.rpartition("mlp.")
+        if rest in ("q_proj.weight", "k_proj.weight", "v_proj.weight"):
+            g = folded[p + "qkv"]
+            lo, hi = {"q": (0, nq), "k": (nq, nq + nk), "v": (nq + nk, nq + 2 * nk)}[rest[0]]
+            return np.ascontiguousarray(g[lo:hi])
+        if rest in ("q_proj.bias", "k_proj.bias", "v_proj.bias"):
+            g = folded[p + "bias"].reshape(-1)
+            lo, hi = {"q": (0, nq), "k": (nq, nq + nk), "v": (nq + nk, nq + 2 * nk)}[rest[0]]
+            return np.ascontiguousarray(g[lo:hi])
+        if rest in ("gate_proj.weight", "up_proj.weight"):
+            g = folded[p + "gu"]
+            return np.ascontiguousarray(g[:ff] if rest.startswith("gate") else g[ff:])
+        return np.ascontiguousarray(folded[n])
+
     def gradients(self, ids, labels=None, accumulation=1):
         """The gradients of the mean next-token loss by checkpoint name (new arrays), no
         step taken."""
         ids, targets, count = self._batch(ids, labels, "gradients")
         A = self._check_accumulation(accumulation, *ids.shape, "gradients")
-        _loss, grads = self._compute(ids, targets, count, A)
+        _loss, grads = self._compute(ids, targets, count, A, func="gradients")
         return {n: g for n, g in zip(self.params.names, grads)}
 
     def loss(self, ids, labels=None):
         """The mean next-token loss of ids under the current weights (a float32 value)."""
         ids, targets, count = self._batch(ids, labels, "loss")
-        return self._compute(ids, targets, count, 1, want=False)[0]
+        return self._compute(ids, targets, count, 1, want=False, func="loss")[0]
 
     def step(self, ids, labels=None, accumulation=1):
         """One optimizer step on the next-token loss of ids; returns that loss (before the
@@ -302,10 +370,13 @@ class Trainer:
                                    sort_keys=True),
             "max_norm": json.dumps(self.max_norm),
         }
-        _ckpt._save(path, tensors, self.numeric_profile, meta)
+        if self._comm is None or self._comm.rank == 0:  # every rank holds the same state
+            _ckpt._save(path, tensors, self.numeric_profile, meta)
+        if self._comm is not None:
+            self._comm.barrier("the checkpoint's write")
 
     @classmethod
-    def resume(cls, path, numeric_profile=None, progress=False):
+    def resume(cls, path, numeric_profile=None, progress=False, group=None, timeout=300.0):
         """A trainer continuing from a file ``save`` wrote: its next steps equal an
         uninterrupted run's bit for bit. A file of another profile, or one that is not a
         trainer file, is refused by name."""
@@ -333,7 +404,7 @@ class Trainer:
         wd = args.pop("weight_decay", None)
         self._setup(cfg, weights, o["kind"], lr, wd, args.get("betas", (0.9, 0.999)),
                     args.get("eps", 1e-8), args.get("momentum", 0.0), sched,
-                    json.loads(meta["max_norm"]), progress)
+                    json.loads(meta["max_norm"]), progress, group, timeout)
         missing = [n for n in self.params.names if n not in weights]
         if missing:
             raise ValueError(f"mojolearn: Trainer.resume: the file lacks weight {missing[0]!r}")
