@@ -56,7 +56,8 @@ ORDER = [
     "mojolearn.models.causal_lm", "mojolearn.models.parallel", "mojolearn.models.tokenizer",
     "mojolearn.models",
     # training
-    "mojolearn._train",
+    "mojolearn._train", "mojolearn._train.kernels", "mojolearn._train.primitives",
+    "mojolearn._train.schedule", "mojolearn._train.optim", "mojolearn.training",
     # the torch mode
     "mojolearn._torch", "mojolearn._torch.mode", "mojolearn.torch",
     # the tools
