@@ -262,7 +262,9 @@ def train_tree_sum(args: PythonObject) raises -> PythonObject:
     var tc = _tasks(n, _arg(args, 4), 1 << 15)
     def work(t: Int) {imm addrs, imm count, imm out, imm n, imm tc}:
         var b = chunk_bounds(n, tc, t, 64 * W)
-        tree_sum_range(addrs, count, out, b[0], b[1])
+        var buf = _falloc(count * W)
+        tree_sum_range(addrs, count, out, b[0], b[1], buf)
+        buf.unsafe_free()
 
     run_tasks(work, tc)
     return PythonObject(None)

@@ -344,41 +344,37 @@ def scale_range(g: F32Ptr, n: Int, coef: Float32):
         j += 1
 
 
-def tree_sum_range(addrs: I64Ptr, count: Int, dst: F32Ptr, e0: Int, e1: Int):
+def tree_sum_range(addrs: I64Ptr, count: Int, dst: F32Ptr, e0: Int, e1: Int, buf: F32Ptr):
     """T-26 over elements e0 .. e1: the balanced pairwise tree over count arrays (a
-    power of two), adjacent pairs first; count = 1 gives ftz(g0)."""
-    comptime B = 64 * W
-    var tmp = List[FW](length=count * (B // W), fill=FW(0))
-    var s = e0
-    while s < e1:
-        var n = min(B, e1 - s)
-        if n == B:
-            for a in range(count):
-                var p = F32Ptr(unsafe_from_address=Int(addrs.unsafe_load(a))).unsafe_offset(s)
-                for q in range(B // W):
-                    tmp[a * (B // W) + q] = daz_in(p.unsafe_load[width=W](q * W))
-            var m = count
-            while m > 1:
-                var h = m // 2
-                for i in range(h):
-                    for q in range(B // W):
-                        tmp[i * (B // W) + q] = ftz(tmp[2 * i * (B // W) + q] + tmp[(2 * i + 1) * (B // W) + q])
-                m = h
-            for q in range(B // W):
-                dst.unsafe_offset(s).unsafe_store(q * W, ftz(tmp[q]))
-        else:
-            for j in range(s, s + n):
-                var vals = List[Float32](length=count, fill=0)
-                for a in range(count):
-                    vals[a] = daz_in(F1(F32Ptr(unsafe_from_address=Int(addrs.unsafe_load(a))).unsafe_load(j)))[0]
-                var m = count
-                while m > 1:
-                    var h = m // 2
-                    for i in range(h):
-                        vals[i] = ftz(F1(vals[2 * i]) + F1(vals[2 * i + 1]))[0]
-                    m = h
-                dst.unsafe_store(j, ftz(F1(vals[0]))[0])
-        s += n
+    power of two), adjacent pairs first, W elements a step (buf: count * W floats);
+    count = 1 gives ftz(g0)."""
+    var j = e0
+    while j + W <= e1:
+        for a in range(count):
+            var p = F32Ptr(unsafe_from_address=Int(addrs.unsafe_load(a)))
+            buf.unsafe_offset(a * W).unsafe_store(0, daz_in(p.unsafe_load[width=W](j)))
+        var m = count
+        while m > 1:
+            var h = m // 2
+            for i in range(h):
+                var x = buf.unsafe_offset(2 * i * W).unsafe_load[width=W](0)
+                var y = buf.unsafe_offset((2 * i + 1) * W).unsafe_load[width=W](0)
+                buf.unsafe_offset(i * W).unsafe_store(0, ftz(x + y))
+            m = h
+        dst.unsafe_store(j, ftz(buf.unsafe_load[width=W](0)))
+        j += W
+    while j < e1:
+        for a in range(count):
+            var p = F32Ptr(unsafe_from_address=Int(addrs.unsafe_load(a)))
+            buf.unsafe_store(a, daz_in(F1(p.unsafe_load(j)))[0])
+        var m = count
+        while m > 1:
+            var h = m // 2
+            for i in range(h):
+                buf.unsafe_store(i, ftz(F1(buf.unsafe_load(2 * i)) + F1(buf.unsafe_load(2 * i + 1)))[0])
+            m = h
+        dst.unsafe_store(j, ftz(F1(buf.unsafe_load(0)))[0])
+        j += 1
 
 
 # ------------------------------------------------------------------ T-29 .. T-34 optimizers
@@ -456,7 +452,12 @@ def _adam_el[w: Int](p: F32Ptr, g: F32Ptr, m: F32Ptr, v: F32Ptr, j: Int, s: Adam
 
 
 def adam_range(p: F32Ptr, g: F32Ptr, m: F32Ptr, v: F32Ptr, n: Int, s: AdamScalars):
+    """T-31 .. T-34 over n elements: 4 * W lanes a step (four independent vectors in
+    flight: the square root's Newton chain is long), then W, then one at a time."""
     var j = 0
+    while j + 4 * W <= n:
+        _adam_el[4 * W](p, g, m, v, j, s)
+        j += 4 * W
     while j + W <= n:
         _adam_el[W](p, g, m, v, j, s)
         j += W
