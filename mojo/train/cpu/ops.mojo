@@ -16,10 +16,12 @@ serial loop from +0.
 from std.math import fma
 from std.memory import bitcast
 from std.sys import simd_width_of
+from std.collections import Array
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from arith.fp import ftz, daz_in, daz_bits
 from arith.tree import leaf_size, leaf_count, chain_step_daz, serial_add_daz
 from arith.elementary import mul, sqrt_rn, expf, logf
+from gemm.cpu.pack_f32 import transpose_sq
 
 comptime W = simd_width_of[DType.float32]()
 comptime F1 = SIMD[DType.float32, 1]
@@ -62,6 +64,35 @@ def _leaves[w: Int, DOT: Bool](p: F32Ptr, first: Int, L: Int, n: Int) -> SIMD[DT
     return ftz(acc)
 
 
+@always_inline
+def _leaves_t[DOT: Bool](p: F32Ptr, first: Int, L: Int, n: Int) -> FW:
+    """_leaves[W, DOT] by blocks: W contiguous values of each of the W leaves loaded as
+    rows and transposed in registers (gemm.cpu.pack_f32.transpose_sq), so step s of
+    every leaf is one vector; the same steps in the same order (the same bits), without
+    W scalar loads a step. The last n % W steps gather."""
+    var acc = FW(0)
+    var i = 0
+    while i + W <= n:
+        var r = Array[FW, W](fill=FW(0))
+        comptime for l in range(W):
+            r[l] = daz_in(p.unsafe_offset(first + l * L + i).unsafe_load[width=W](0))
+        transpose_sq[DType.float32, W](r)
+        comptime for st in range(W):
+            comptime if DOT:
+                acc = chain_step_daz[W](r[st], r[st], acc)
+            else:
+                acc = serial_add_daz[W](acc, r[st])
+        i += W
+    while i < n:
+        var a = _gather[W](p, first + i, L)
+        comptime if DOT:
+            acc = chain_step_daz[W](a, a, acc)
+        else:
+            acc = serial_add_daz[W](acc, a)
+        i += 1
+    return ftz(acc)
+
+
 def leaf_partials[DOT: Bool](p: F32Ptr, k: Int, l0: Int, l1: Int, dst: F32Ptr):
     """dst[j] = leaf j of the k contiguous values at p (leaves of L(k)), j in [l0, l1):
     W full leaves a step in the lanes, the rest one at a time."""
@@ -69,7 +100,7 @@ def leaf_partials[DOT: Bool](p: F32Ptr, k: Int, l0: Int, l1: Int, dst: F32Ptr):
     var nfull = k // L
     var j = l0
     while j + W <= min(l1, nfull):
-        dst.unsafe_offset(j).unsafe_store(0, _leaves[W, DOT](p, j * L, L, L))
+        dst.unsafe_offset(j).unsafe_store(0, _leaves_t[DOT](p, j * L, L, L))
         j += W
     while j + 4 <= min(l1, nfull):
         dst.unsafe_offset(j).unsafe_store(0, _leaves[4, DOT](p, j * L, L, L))
