@@ -9,10 +9,11 @@ import pytest
 PUBLIC = ["mojolearn", "mojolearn.linalg", "mojolearn.profiles", "mojolearn.lowbit",
           "mojolearn.checkpoint", "mojolearn.conformance", "mojolearn.models",
           "mojolearn.models.block", "mojolearn.models.causal_lm", "mojolearn.models.config",
-          "mojolearn.models.loader", "mojolearn.models.tokenizer", "mojolearn.torch"]
+          "mojolearn.models.loader", "mojolearn.models.tokenizer", "mojolearn.torch",
+          "mojolearn.training"]
 DIR_IS_ALL = ["mojolearn", "mojolearn.linalg", "mojolearn.profiles", "mojolearn.lowbit",
               "mojolearn.checkpoint", "mojolearn.conformance", "mojolearn.models",
-              "mojolearn.torch"]
+              "mojolearn.torch", "mojolearn.training"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)

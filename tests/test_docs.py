@@ -32,7 +32,7 @@ MARK = re.compile(r"<!--\s*example:\s*(.*?)\s*-->\s*$")
 # the modules whose __all__ is the public API (and the API reference's pages)
 PUBLIC_MODULES = ["mojolearn", "mojolearn.linalg", "mojolearn.profiles", "mojolearn.lowbit",
                   "mojolearn.checkpoint", "mojolearn.torch", "mojolearn.models",
-                  "mojolearn.conformance", "mojolearn.quality", "mojolearn.modes",
+                  "mojolearn.training", "mojolearn.conformance", "mojolearn.quality", "mojolearn.modes",
                   "mojolearn.drift"]
 
 

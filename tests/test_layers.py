@@ -56,7 +56,9 @@ ORDER = [
     "mojolearn.models.causal_lm", "mojolearn.models.parallel", "mojolearn.models.tokenizer",
     "mojolearn.models",
     # training
-    "mojolearn._train",
+    "mojolearn._train", "mojolearn._train.kernels", "mojolearn._train.primitives",
+    "mojolearn._train.schedule", "mojolearn._train.optim", "mojolearn._train.model",
+    "mojolearn._train.ranks", "mojolearn._train.trainer", "mojolearn.training",
     # the torch mode
     "mojolearn._torch", "mojolearn._torch.mode", "mojolearn.torch",
     # the tools

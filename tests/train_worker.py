@@ -70,7 +70,7 @@ def main():
             V = tr.config.vocab_size
             if rank == 1:
                 out.close()
-                os._exit(3)
+                os._exit(0)  # gone without a word (an exit torchrun does not treat as a failure)
             t0 = time.perf_counter()
             try:
                 tr.step(mine(spec, data(spec, V, 0), rank))

@@ -22,6 +22,7 @@ from . import kernels as TK
 from . import model as M
 from . import optim as _optim
 from . import schedule as _schedule
+from .primitives import splits_that_work
 
 FORMAT = "mojolearn.trainer.v1"
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
@@ -29,25 +30,6 @@ OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 
 def _bits_f32(bits: int) -> float:
     return float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
-
-
-def _leaf(k: int) -> int:
-    return max(128, -(-k // 1024))
-
-
-def aligned_splits(tokens: int) -> list:
-    """The accumulation counts A that split ``tokens`` on leaf boundaries (T-27)."""
-    out = []
-    L = _leaf(tokens)
-    if tokens % L:
-        return [1]
-    P = tokens // L
-    a = 1
-    while a <= P:
-        if P % a == 0 and _leaf(tokens // a) == L and (P // a) & (P // a - 1) == 0:
-            out.append(a)
-        a *= 2
-    return out or [1]
 
 
 class Trainer:
@@ -81,7 +63,7 @@ class Trainer:
         if unexpected:
             name = sorted(unexpected)[0]
             raise TypeError(f"mojolearn: Trainer: unexpected argument {name!r}")
-        self.numeric_profile = _profiles.require_training("Trainer", numeric_profile)
+        self.numeric_profile = _profiles.require_training("numeric_profile", numeric_profile)
         cfg, weights = _weights_of(lm)
         self._setup(cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
                     lr_schedule, max_norm, progress, group, timeout)
@@ -198,7 +180,7 @@ class Trainer:
         A = int(accumulation)
         if A == 1:
             return 1
-        ok = [a for a in aligned_splits(B * L) if B % a == 0]
+        ok = [a for a in splits_that_work(B * L) if B % a == 0] or [1]
         if A not in ok:
             raise ValueError(
                 f"mojolearn: Trainer.{func}: accumulation={A} does not split a batch of {B} "
@@ -394,7 +376,7 @@ class Trainer:
             if name.startswith("weight."):
                 weights[name[len("weight."):]] = np.asarray(arr)
         sched = json.loads(meta["schedule"])
-        sched = None if sched is None else _schedule.from_dict(sched)
+        sched = None if sched is None else _schedule.schedule_from_dict(sched)
         self = cls.__new__(cls)
         self.numeric_profile = profile
         args = dict(o["args"])

@@ -1,0 +1,177 @@
+"""Thin calls into the training kernels (mojo/train/cpu/): numpy buffers in, addresses out.
+
+Every function takes C-contiguous arrays of the stated dtypes that its caller
+(primitives.py, optim.py, the model trainer) has validated, and only passes their
+addresses and sizes; all arithmetic runs in the Mojo kernels (rules T-* of
+training-arithmetic-v1). Outputs are preallocated by the caller unless a function
+says it returns a new array.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from .._core.loader import cpu_native as native
+from .._core.threads import gemm_tasks, tasks
+from .._ops import calls as _calls
+
+__all__ = [
+    "f32_bits", "bits_f32", "rms_norm_forward", "rms_norm_backward", "gather",
+    "embedding_backward_into", "ce_rows", "fold_rows", "scalar_div", "clip", "tree_sum",
+    "adam_step", "sgd_step", "first_nonfinite", "neg", "gemm",
+]
+
+
+def _a(x) -> int:
+    return x.ctypes.data
+
+
+def f32_bits(x) -> int:
+    """The bit pattern of the float32 nearest to x (a float32 value is kept exactly)."""
+    return struct.unpack("<I", struct.pack("<f", float(x)))[0]
+
+
+def bits_f32(b: int) -> np.float32:
+    """The float32 whose bit pattern is b."""
+    return np.array([b], dtype=np.uint32).view(np.float32)[0]
+
+
+def _addr_table(arrays):
+    """(addresses int64, sizes int64) of a list of arrays (kept alive by the caller)."""
+    addrs = np.array([_a(x) for x in arrays], dtype=np.int64)
+    sizes = np.array([x.size for x in arrays], dtype=np.int64)
+    return addrs, sizes
+
+
+def gemm(a, b, c, m: int, n: int, k: int, trans_a: int, trans_b: int):
+    """c (m, n) = op(a) @ op(b) under fp32.v1 (the existing gemm_f32 entry)."""
+    if m == 0 or n == 0:
+        return c
+    wa, wn = _calls.workspace()
+    need = native().gemm_f32((
+        _a(a), _a(b), _a(c), m, n, k, trans_a, trans_b, 0, 0, 0, gemm_tasks("fp32", m, n, k),
+        _calls.sabotage_arg(), wa, wn,
+    ))
+    if need > wn:
+        _calls.workspace_fit(need)
+    return c
+
+
+def rms_norm_forward(x, w, eps_bits: int, out):
+    """M-4 (T-8) of the rows of x (rows, d) into out (the existing nn_rmsnorm entry)."""
+    rows, d = x.shape
+    if rows and d:
+        native().nn_rmsnorm((_a(x), d, _a(w), _a(out), d, rows, d, eps_bits, tasks()))
+    return out
+
+
+def rms_norm_backward(dy, x, w, eps_bits: int, dx, dw):
+    """T-9 .. T-11: dx (rows, d) and dw (d,) = fold(k = rows) per column, both written."""
+    rows, d = x.shape
+    if d:
+        native().train_rms_norm_backward((_a(dy), _a(x), _a(w), _a(dx), _a(dw), rows, d, eps_bits,
+                                          tasks()))
+    return dx, dw
+
+
+def gather(table, ids, out):
+    """T-12: out[r] = ftz(table[ids[r]]); ids int64, every id checked by the caller."""
+    if ids.size and table.shape[1]:
+        native().train_gather((_a(table), _a(ids), _a(out), ids.size, table.shape[1], tasks()))
+    return out
+
+
+def embedding_backward_into(dy, ids, acc):
+    """T-13: acc[ids[t]] = add(acc[ids[t]], dy[t]) for t ascending (dy (T, d), ids int64
+    (T,), acc (V, d) float32 updated in place: a zeroed acc for a fresh call, the previous
+    micro-batch's acc to continue the chains). Returns acc."""
+    d = acc.shape[1]
+    if ids.size and d:
+        native().train_embedding_backward((_a(dy), _a(ids), _a(acc), ids.size, d, tasks()))
+    return acc
+
+
+def ce_rows(logits, targets, ignore_index: int, smoothing_bits: int, d_bits: int, rows_out,
+            grad_out):
+    """T-14 .. T-16 row losses of logits (N, V) with int64 targets (N,) into rows_out (N,),
+    ignored rows +0; when grad_out (N, V) is not None, T-18's gradient divided by the
+    float32 D of d_bits (ignored rows +0). Returns (rows_out, grad_out)."""
+    n, v = logits.shape
+    if n:
+        native().train_ce_rows((
+            _a(logits), _a(targets), _a(rows_out), 0 if grad_out is None else _a(grad_out), n, v,
+            int(ignore_index), smoothing_bits, d_bits, tasks(),
+        ))
+    return rows_out, grad_out
+
+
+def fold_rows(x):
+    """T-2: a new (n,) array, out[c] = fold(k = rows) of column c of x (rows, n)."""
+    rows, n = x.shape
+    out = np.empty((n,), dtype=np.float32)
+    if n:
+        native().train_fold_rows((_a(x), _a(out), rows, n, tasks()))
+    return out
+
+
+def scalar_div(a_bits: int, b_bits: int) -> int:
+    """div(a, b) on float32 bits, operands and result flushed (T-17's loss)."""
+    return native().train_scalar((0, a_bits, b_bits))
+
+
+def clip(grads, max_norm_bits: int):
+    """T-23 .. T-25 over a list of float32 arrays (rescaled in place when the total is
+    finite). Returns (norms (J + 1,) with the total last, coefficient bits or -1)."""
+    addrs, sizes = _addr_table(grads)
+    norms = np.empty((len(grads) + 1,), dtype=np.float32)
+    coef = native().train_clip((_a(addrs), _a(sizes), len(grads), _a(norms), max_norm_bits, tasks()))
+    return norms, coef
+
+
+def tree_sum(arrays):
+    """T-26: a new array, the balanced pairwise tree over same-shape float32 arrays (a
+    power of two of them); one array gives ftz(g0)."""
+    addrs, _ = _addr_table(arrays)
+    out = np.empty(arrays[0].shape, dtype=np.float32)
+    if out.size:
+        native().train_tree_sum((_a(addrs), len(arrays), _a(out), out.size, tasks()))
+    return out
+
+
+def adam_step(params, grads, m_flat, v_flat, t: int, lr_bits: int, b1_bits: int, b2_bits: int,
+              eps_bits: int, wd_bits: int, decoupled: bool, maximize: bool):
+    """One Adam (decoupled False) / AdamW step of every tensor in place (T-29 .. T-34)."""
+    pa, sizes = _addr_table(params)
+    ga, _ = _addr_table(grads)
+    native().train_adam((
+        _a(pa), _a(ga), _a(sizes), len(params), _a(m_flat), _a(v_flat), int(t), lr_bits, b1_bits,
+        b2_bits, eps_bits, wd_bits, int(bool(decoupled)), int(bool(maximize)), tasks(),
+    ))
+
+
+def sgd_step(params, grads, buf_flat, flags, lr_bits: int, momentum_bits: int, dampening_bits: int,
+             wd_bits: int, nesterov: bool, maximize: bool):
+    """One SGD step of every tensor in place (T-33, T-34); flags int32 (one a tensor, 0:
+    the first momentum step), read only (the caller sets them after)."""
+    pa, sizes = _addr_table(params)
+    ga, _ = _addr_table(grads)
+    native().train_sgd((
+        _a(pa), _a(ga), _a(sizes), len(params), _a(buf_flat), _a(flags), lr_bits, momentum_bits,
+        dampening_bits, wd_bits, int(bool(nesterov)), int(bool(maximize)), tasks(),
+    ))
+
+
+def first_nonfinite(x) -> int:
+    """The flat index of the first NaN or +-inf of the float32 array x, or -1."""
+    if x.size == 0:
+        return -1
+    return native().train_first_nonfinite((_a(x), x.size, tasks()))
+
+
+def neg(x):
+    """A new array: x with every sign bit flipped (exact; neg(+0) = -0)."""
+    out = np.empty(x.shape, dtype=np.float32)
+    if x.size:
+        native().train_neg((_a(x), _a(out), x.size, tasks()))
+    return out
