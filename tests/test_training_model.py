@@ -365,3 +365,51 @@ def test_T60_trained_model_runs_and_saves(models, tmp_path):
     m = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32)
     t = m(input_ids=torch.from_numpy(ids)).logits.detach().numpy()
     assert np.max(np.abs(t - again)) <= 1e-4 * np.max(np.abs(again))
+
+
+@pytest.mark.slow
+def test_T60_smollm2_fine_tune_lowers_the_loss_and_saves(tmp_path_factory):
+    """T-60, T-47 .. T-57: SmolLM2-135M (the GGUF dequantized, written as a Hugging Face
+    folder): gradients of a 64-token text within 1e-4 of torch autograd on a sample of
+    tensors; 30 AdamW steps with clipping on 128-token windows of a real text lower the
+    held-out loss; save_model's folder loads in transformers and in CausalLM with the
+    trainer's logits."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from mojolearn.models import Tokenizer
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from fetch_model import fetch
+    from hf_export import export_hf
+
+    gguf = fetch()
+    path = export_hf(gguf, str(tmp_path_factory.mktemp("smollm2_train")))
+    tok = Tokenizer.load(gguf)
+    text = open(os.path.join(os.path.dirname(os.__file__), "pydoc_data", "topics.py")).read()
+    toks = np.array(tok.encode(text[:60000]), dtype=np.int64)
+    tr = training.Trainer(path, lr=3e-4, max_norm=1.0)
+    # gradients against torch autograd
+    ids = toks[None, :64]
+    g = tr.gradients(ids)
+    _loss, tg = _torch_grads(path, ids)
+    for n in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+              "model.layers.15.mlp.down_proj.weight", "model.layers.29.input_layernorm.weight",
+              "model.norm.weight"):
+        err = np.linalg.norm(g[n].astype(np.float64) - tg[n]) / np.linalg.norm(tg[n])
+        assert err <= 1e-4, f"{n}: relative error {err:.2e}"
+    assert toks.size >= 31 * 128, toks.size
+    held = toks[None, -128:]
+    before = tr.loss(held)
+    for s in range(30):
+        tr.step(toks[None, s * 128:(s + 1) * 128])
+    after = tr.loss(held)
+    assert after < before, (before, after)
+    out = tmp_path_factory.mktemp("smollm2_saved")
+    tr.save_model(out)
+    ids = toks[None, :16]
+    mine = tr.model.forward(ids)
+    assert np.array_equal(bits(CausalLM.load(out).forward(ids)), bits(mine))
+    m = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    with torch.no_grad():
+        t = m(input_ids=torch.from_numpy(ids)).logits.numpy()
+    assert np.max(np.abs(t - mine)) <= 1e-4 * np.max(np.abs(mine))

@@ -207,7 +207,7 @@ class Trainer:
         losses = []
         rb = B // A
         for a in range(A):
-            g = self.params.grads_like() if want else None
+            g = self._grad_buffer(a) if want else None
             losses.append(M.loss_and_grads(self.params, ids[a * rb:(a + 1) * rb],
                                            targets[a * rb * L:(a + 1) * rb * L], d_bits, g,
                                            emb_acc, rope))
@@ -285,13 +285,21 @@ class Trainer:
             return np.ascontiguousarray(g[:ff] if rest.startswith("gate") else g[ff:])
         return np.ascontiguousarray(folded[n])
 
+    def _grad_buffer(self, a):
+        """Micro-batch a's gradient buffers, made once and reused (every entry is written
+        whole by each backward)."""
+        bufs = self.__dict__.setdefault("_bufs", [])
+        while len(bufs) <= a:
+            bufs.append(self.params.grads_like())
+        return bufs[a]
+
     def gradients(self, ids, labels=None, accumulation=1):
         """The gradients of the mean next-token loss by checkpoint name (new arrays), no
         step taken."""
         ids, targets, count = self._batch(ids, labels, "gradients")
         A = self._check_accumulation(accumulation, *ids.shape, "gradients")
         _loss, grads = self._compute(ids, targets, count, A, func="gradients")
-        return {n: g for n, g in zip(self.params.names, grads)}
+        return {n: np.array(g, copy=True) for n, g in zip(self.params.names, grads)}
 
     def loss(self, ids, labels=None):
         """The mean next-token loss of ids under the current weights (a float32 value)."""
