@@ -12,6 +12,8 @@ OPS = ROOT / "contracts" / "ops" / "IDENTICAL_NN_CONTRACT.md"
 OPS_TESTS = ["test_models.py", "test_nn_elementary.py"]
 SSM = ROOT / "contracts" / "ops" / "IDENTICAL_SSM_CONTRACT.md"
 SSM_TESTS = ["test_models_mamba.py"]
+TRAIN = ROOT / "contracts" / "ops" / "IDENTICAL_TRAIN_CONTRACT.md"
+TRAIN_TESTS = ["test_training_primitives.py", "test_training_model.py", "test_training_ranks.py"]
 ARITH = ROOT / "mojo" / "arith"
 KERNEL_TESTS = ["test_convert.py", "test_gemm_fp32.py", "test_gemm_bf16.py",
                 "test_gemm_int.py", "test_identity.py", "test_errors.py"]
@@ -97,9 +99,60 @@ def test_every_ssm_rule_has_a_test():
     assert not bad, f"Mamba tests without a rule id in their docstring: {bad}"
 
 
+def _train_ids_named(name, doc):
+    """The T-n rules a test names: "T-n" in its docstring, or a `_T<n>_` / `_T<n>` token
+    in its function name (test_T5_T6_linear_backward names T-5 and T-6)."""
+    ids = {f"T-{n}" for n in re.findall(r"(?<![\w-])T-(\d+)(?!\d)", doc)}
+    ids |= {f"T-{n}" for n in re.findall(r"_T(\d+)(?=_|$)", name)}
+    return ids
+
+
+def _check_training_rules(contract_text, docs):
+    """The failures of test_every_training_rule_has_a_test for a contract text and the
+    tests' docstrings (a list of messages; empty when it holds)."""
+    errs = []
+    ids = re.findall(r"^## (T-\d+)\b", contract_text, re.M)
+    if ids != [f"T-{i}" for i in range(1, 62)]:
+        errs.append(f"the T-n headings are not exactly T-1 .. T-61 in order: {ids}")
+    named = set()
+    for (f, n), d in docs.items():
+        named |= _train_ids_named(n, d)
+    missing = [r for r in ids if r not in named]
+    if missing:
+        errs.append(f"training rules with no test naming them: {missing}")
+    bad = [f"{f}::{n}" for (f, n), d in docs.items() if f in TRAIN_TESTS
+           and not _train_ids_named(n, d)]
+    if bad:
+        errs.append(f"training tests naming no T-n rule: {bad}")
+    return errs
+
+
+def test_every_training_rule_has_a_test():
+    """Contracts: the ## T-n headings of the training contract are exactly T-1 .. T-61 in
+    order, every T-n is named by a test (docstring "T-n" or a _T<n>_ token in its name),
+    and every test of the training test files names a T rule. The check itself fails on a
+    copy with a heading deleted, on a rule no test names, and on an unnamed test."""
+    text = TRAIN.read_text()
+    docs = _docstrings()
+    errs = _check_training_rules(text, docs)
+    assert not errs, "\n".join(errs)
+    # the check can fail: a deleted heading, a rule nobody names, a test naming nothing
+    broken = re.sub(r"^## T-19\b[^\n]*\n", "", text, count=1, flags=re.M)
+    assert broken != text and _check_training_rules(broken, docs)
+    renamed = re.sub(r"^## T-61\b", "## T-62", text, count=1, flags=re.M)
+    assert any("not exactly" in e for e in _check_training_rules(renamed, docs))
+    unnamed = {k: ("" if "T-22" in v or re.search(r"_T22(?=_|$)", k[1]) else v)
+               for k, v in docs.items()}
+    unnamed = {(f, n.replace("_T22", "_x")): d for (f, n), d in unnamed.items()}
+    assert any("T-22" in e for e in _check_training_rules(text, unnamed))
+    extra = dict(docs)
+    extra[("test_training_primitives.py", "test_something")] = "no rule here"
+    assert any("test_something" in e for e in _check_training_rules(text, extra))
+
+
 def test_contract_test_files_exist():
     """Contracts: every test file a rule cites exists."""
-    for p in (FP32, LOWBIT, OPS, SSM):
+    for p in (FP32, LOWBIT, OPS, SSM, TRAIN):
         for name in set(re.findall(r"tests/(test_\w+\.py)", p.read_text())):
             assert (ROOT / "tests" / name).exists(), name
 

@@ -411,6 +411,224 @@ def test_T17_sum_over_all_ignored_rows_is_allowed():
 
 
 # =====================================================================================
+# T-7 bias
+# =====================================================================================
+@pytest.mark.parametrize("rows,n", [(1, 1), (3, 17), (129, 5), (200, 16), (257, 33), (300, 40)])
+def test_T7_bias_backward_chain_over_rows(rows, n):
+    """T-7: per column the chain over rows ascending from +0 of add(acc, dy[r]), bit for
+    bit, rows past 128 and 256 (where a fold would have leaves), cancelling values."""
+    rng = np.random.default_rng(rows * 7 + n)
+    dy = cancel(rng, (rows, n), scale=3.0)
+    dy[rng.random((rows, n)) < 0.05] = rng.choice(EDGES, 1)[0]
+    before = dy.copy()
+    got = api().bias_backward(dy)
+    assert got.shape == (n,)
+    same(got, TO.bias_backward(dy))
+    same(dy, before, "dy unchanged")
+
+
+def test_T7_bias_backward_edges_and_nd():
+    """T-7: a lone -0 gives +0 (add(+0, -0)); subnormals read as zero; +-1e15 cancel in
+    order; an N-D dy is flattened to rows, a 1-D dy is one row (ftz of it)."""
+    dy = np.array([[-0.0, SUB, 1e15, 1.0, NSUB],
+                   [-0.0, NSUB, 1.0, -0.0, 1e-25],
+                   [-0.0, SUB, -1e15, 0.0, -1e-25]], np.float32)
+    got = api().bias_backward(dy)
+    same(got, TO.bias_backward(dy))
+    assert u32(got[0]) == 0 and u32(got[1]) == 0          # +0, not -0
+    assert float(got[2]) == 0.0                            # (1e15 + 1) - 1e15 in order: 0
+    x = np.random.default_rng(1).standard_normal((2, 150, 7)).astype(np.float32)
+    same(api().bias_backward(x), TO.bias_backward(x.reshape(300, 7)))
+    v = np.array([SUB, -0.0, 2.5], np.float32)
+    same(api().bias_backward(v), TO.ftz(v) + F(0))
+
+
+def test_T7_T40_T41_bias_backward_refusals():
+    """T-40, T-41 for bias_backward (T-7): a float64 dy is a TypeError, never a cast; a NaN
+    or inf is refused with its flat index."""
+    with pytest.raises(TypeError, match="float32"):
+        api().bias_backward(np.ones((3, 2)))
+    bad = np.ones((3, 2), np.float32)
+    bad[1, 1] = np.inf
+    with pytest.raises(ValueError, match="index 3"):
+        api().bias_backward(bad)
+
+
+def test_sabotage_T7_fold_instead_of_chain():
+    """T-7: fold(k = rows) instead of the chain moves the oracle's bits on the inputs of
+    test_T7_bias_backward_chain_over_rows (rows 200, 257, 300)."""
+    moved = 0
+    for rows, n in ((200, 16), (257, 33), (300, 40)):
+        rng = np.random.default_rng(rows * 7 + n)
+        dy = cancel(rng, (rows, n), scale=3.0)
+        dy[rng.random((rows, n)) < 0.05] = rng.choice(EDGES, 1)[0]
+        moved += n_diff(TO.bias_backward(dy), TO.bias_backward(dy, variant=("fold",)))
+    assert moved > 0
+
+
+# =====================================================================================
+# T-19 .. T-22 chunked LM-head loss
+# =====================================================================================
+SMALL_EDGES = np.array([0.0, -0.0, SUB, NSUB, 1e-25, -1e-25, 2.0 ** -126, 1.0, -1.0],
+                       np.float32)
+
+
+def lmh_inputs(rows, width, V, seed, edges=0.0, offset=0.0, big=False):
+    """h (rows, width), W (V, width), targets: logits of spread O(1 .. 3) magnitude (so
+    every e_v counts in den), ``edges`` planting zeros, -0, subnormals, tiny values (and
+    with ``big`` also EDGES' +-1e15, 65504); ``offset`` a large logit offset in row 0 via
+    feature 0."""
+    rng = np.random.default_rng(seed)
+    h = rng.standard_normal((rows, width)).astype(np.float32)
+    w = (rng.standard_normal((V, width)) * (2.0 / np.sqrt(width))).astype(np.float32)
+    if edges:
+        pool = EDGES if big else SMALL_EDGES
+        for x in (h, w):
+            mask = rng.random(x.shape) < edges
+            x[mask] = rng.choice(pool, size=int(mask.sum()))
+    if offset:
+        h[0, 0] = F(offset)
+        w[:, 0] = F(1.0)
+        w[1 % V, 0] = F(1.5)
+    y = rng.integers(0, V, rows)
+    return h, w, y
+
+
+LMH_SHAPES = [(1, 1, 2), (3, 5, 7), (17, 130, 129), (260, 40, 33), (40, 300, 260),
+              (300, 20, 300), (513, 9, 5), (6, 257, 131)]
+
+
+@pytest.mark.parametrize("rows,width,V", LMH_SHAPES)
+def test_T19_T20_T21_chunked_lm_head_random_shapes(rows, width, V):
+    """T-19 .. T-21: loss, dh and dweight bit for bit against the oracle; width, V and rows
+    past 128 and rows past 256 (T-20's leaves of 256: 260, 300, 513 rows); the loss without
+    return_grad is the same bits; the inputs are unchanged."""
+    h, w, y = lmh_inputs(rows, width, V, rows * 1000 + width + V, edges=0.02)
+    hb, wb = h.copy(), w.copy()
+    el, edh, edw = TO.chunked_lm_head_loss(h, w, y, return_grad=True)
+    loss, dh, dw = api().chunked_lm_head_loss(h, w, y, return_grad=True)
+    same_scalar(loss, el, "loss")
+    same(dh, edh, "dh")
+    same(dw, edw, "dweight")
+    assert dh.shape == h.shape and dw.shape == w.shape
+    same_scalar(api().chunked_lm_head_loss(h, w, y), el, "loss only")
+    _unchanged([h, w], [hb, wb])
+
+
+def test_T19_T21_chunked_lm_head_edge_values():
+    """T-19, T-21 (T-1's flushes): zeros, -0 and subnormals everywhere, all-zero rows of h
+    (z = +0: the uniform row), 1e4 logit offsets (e underflows to +0 but for the max),
+    +-1e15 planted features; loss and gradients bit for bit."""
+    for seed, (rows, width, V), edges, off in ((1, (9, 150, 140), 0.3, 1e4),
+                                               (2, (5, 7, 3), 0.5, -1e4),
+                                               (3, (270, 3, 4), 0.2, 3e4)):
+        h, w, y = lmh_inputs(rows, width, V, seed, edges=edges, offset=off, big=True)
+        h[1] = 0.0
+        h[2, ::2] = -0.0
+        h[2, 1::2] = SUB
+        w[0, :] = NSUB
+        el, edh, edw = TO.chunked_lm_head_loss(h, w, y, return_grad=True)
+        loss, dh, dw = api().chunked_lm_head_loss(h, w, y, return_grad=True)
+        same_scalar(loss, el, f"loss {seed}")
+        same(dh, edh, f"dh {seed}")
+        same(dw, edw, f"dweight {seed}")
+
+
+@pytest.mark.parametrize("rows", [256, 257, 512, 513, 700])
+def test_T20_chunked_mean_rows_in_parts_of_256(rows):
+    """T-20: the row losses in leaves of 256 (chains), the leaves by the balanced tree,
+    then div(total, f32(rows)); loss only, rows at and past the part boundaries."""
+    h, w, y = lmh_inputs(rows, 3, 6, rows, edges=0.05)
+    same_scalar(api().chunked_lm_head_loss(h, w, y), TO.chunked_lm_head_loss(h, w, y))
+
+
+def test_T22_chunked_equals_cross_entropy_of_linear_forward_up_to_128():
+    """T-22: while width, V and rows are all <= 128 the chunked loss and its gradients are
+    cross_entropy(linear_forward(h, W)) and linear_backward of its gradient, bit for bit."""
+    m = api()
+    for rows, width, V in ((1, 1, 2), (7, 33, 5), (128, 128, 128), (100, 64, 128)):
+        h, w, y = lmh_inputs(rows, width, V, rows + width + V, edges=0.02)
+        loss, dh, dw = m.chunked_lm_head_loss(h, w, y, return_grad=True)
+        closs, dlogits = m.cross_entropy(m.linear_forward(h, w), y, return_grad=True)
+        same_scalar(loss, closs, f"{(rows, width, V)} loss")
+        edh, edw = m.linear_backward(dlogits, h, w)
+        same(dh, edh, f"{(rows, width, V)} dh")
+        same(dw, edw, f"{(rows, width, V)} dweight")
+
+
+def test_T22_chunked_differs_from_cross_entropy_of_linear_forward_beyond_128():
+    """T-22: beyond 128 (width 300: z's chain vs dot's leaves; V 300: den's chain vs
+    T-14's fold; rows 300: T-20's parts vs T-17's fold) the two may differ: on these inputs
+    they do, and the chunked side is the oracle's T-19 .. T-21."""
+    m = api()
+    moved = 0
+    for rows, width, V, seed in ((40, 300, 30, 1), (20, 16, 300, 2), (300, 8, 20, 3)):
+        h, w, y = lmh_inputs(rows, width, V, seed, edges=0.02)
+        el, edh, edw = TO.chunked_lm_head_loss(h, w, y, return_grad=True)
+        loss, dh, dw = m.chunked_lm_head_loss(h, w, y, return_grad=True)
+        same_scalar(loss, el)
+        closs, dlogits = m.cross_entropy(m.linear_forward(h, w), y, return_grad=True)
+        cdh, cdw = m.linear_backward(dlogits, h, w)
+        moved += n_diff(loss, closs) + n_diff(dh, cdh) + n_diff(dw, cdw)
+    assert moved > 0, "chunked == cross_entropy(linear_forward) on every input beyond 128"
+
+
+def test_T42_T44_chunked_lm_head_refusals():
+    """T-40 .. T-44 for the chunked head: V < 2 (T-42), a target outside [0, V) incl. -100
+    (no ignore_index), float targets, ignore_index= / label_smoothing= / reduction= by name,
+    a K mismatch (T-44), float64 arrays (T-40), NaN / inf (T-41), zero rows; inputs unchanged."""
+    m = api()
+    h = np.ones((3, 4), np.float32)
+    w = np.ones((5, 4), np.float32)
+    y = np.array([0, 1, 4])
+    hb, wb = h.copy(), w.copy()
+    with pytest.raises(ValueError, match="V >= 2"):
+        m.chunked_lm_head_loss(h, np.ones((1, 4), np.float32), np.zeros(3, np.int64))
+    for bad in (np.array([0, 5, 1]), np.array([0, -1, 1]), np.array([-100, 0, 1])):
+        with pytest.raises(ValueError, match=r"(?i)target"):
+            m.chunked_lm_head_loss(h, w, bad)
+    with pytest.raises(TypeError, match="soft targets"):
+        m.chunked_lm_head_loss(h, w, np.array([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"targets"):
+        m.chunked_lm_head_loss(h, w, np.zeros((3, 5), np.int64))
+    for kw in (dict(ignore_index=-100), dict(label_smoothing=0.1), dict(reduction="sum")):
+        with pytest.raises(TypeError, match=list(kw)[0]):
+            m.chunked_lm_head_loss(h, w, y, **kw)
+    with pytest.raises(ValueError, match="K mismatch"):
+        m.chunked_lm_head_loss(h, np.ones((5, 3), np.float32), y)
+    with pytest.raises(TypeError, match="float32"):
+        m.chunked_lm_head_loss(h.astype(np.float64), w, y)
+    with pytest.raises(TypeError, match="float32"):
+        m.chunked_lm_head_loss(h, w.astype(np.float16), y)
+    hn = h.copy()
+    hn[2, 1] = np.nan
+    with pytest.raises(ValueError, match="index 9"):
+        m.chunked_lm_head_loss(hn, w, y)
+    with pytest.raises(ValueError, match="rows"):
+        m.chunked_lm_head_loss(np.ones((0, 4), np.float32), w, np.zeros(0, np.int64))
+    _unchanged([h, w], [hb, wb])
+
+
+def test_sabotage_T19_T20_T21_chunked_variants():
+    """T-19: a fold(k = V) for the denominator instead of the chain (and dot's leaves for
+    z) moves the oracle's bits; T-20: one chain over the rows instead of parts of 256;
+    T-21: dot instead of the chains for dH / dW; all on the inputs of
+    test_T19_T20_T21_chunked_lm_head_random_shapes."""
+    cases = {(40, 300, 260): {}, (300, 20, 300): {}, (513, 9, 5): {}}
+    for rows, width, V in cases:
+        h, w, y = lmh_inputs(rows, width, V, rows * 1000 + width + V, edges=0.02)
+        base = TO.chunked_lm_head_loss(h, w, y, return_grad=True)
+        for var in ("den_fold", "z_dot", "mean_chain", "grad_dot"):
+            alt = TO.chunked_lm_head_loss(h, w, y, return_grad=True, variant=(var,))
+            cases[(rows, width, V)][var] = sum(n_diff(a, b) for a, b in zip(base, alt))
+    assert cases[(300, 20, 300)]["den_fold"] > 0, cases       # the T-19 denominator
+    assert cases[(40, 300, 260)]["den_fold"] > 0, cases
+    assert cases[(40, 300, 260)]["z_dot"] > 0, cases
+    assert sum(c["mean_chain"] for c in cases.values()) > 0, cases
+    assert sum(c["grad_dot"] for c in cases.values()) > 0, cases
+
+
+# =====================================================================================
 # T-23 .. T-25 gradient clipping
 # =====================================================================================
 def _grad_list(rng, sizes, edges=0.05, scale=1.0):
@@ -422,6 +640,7 @@ CLIP_SIZES = [(3, 5), (129,), (1,), (17, 23), (300,), (2, 2, 2)]
 
 @pytest.mark.parametrize("max_norm", [0.5, 3.0, 1e6])
 def test_T23_T25_clip_grad_norm(max_norm):
+    """T-23 .. T-25 (T-24's coefficient used below 1 at 0.5 and 3.0, exactly 1 at 1e6)."""
     rng = np.random.default_rng(int(max_norm * 10) + 23)
     grads = _grad_list(rng, CLIP_SIZES)
     grads[2][0] = SUB
@@ -457,6 +676,53 @@ def test_T23_underflowing_squares_and_large_values():
             same(g, e)
 
 
+def test_T24_clip_coefficient_epsilon_and_exactly_one():
+    """T-24: coef = div(max_norm, add(total, f32(1e-6))): at total = max_norm = 1 the 1e-6
+    makes coef < 1, so the gradient is rescaled (without it coef would be 1); a coef >= 1
+    is exactly 1 (mul(1, ftz(g)): the flushed gradient, every other bit kept)."""
+    g = [np.array([1.0], np.float32)]                 # n = sqrt(dot(1, 1)) = 1 = total
+    got = [x.copy() for x in g]
+    total = api().clip_grad_norm_(got, 1.0)
+    assert float(total) == 1.0
+    coef = TO.div(F(1), TO.add(F(1), F(1e-6)))
+    assert coef < 1
+    same(got[0], TO.mul(coef, g[0]), "rescaled by max_norm / (1 + 1e-6)")
+    assert u32(got[0][0]) != u32(F(1))
+    same(got[0], TO.clip_grad_norm(g, 1.0)[1][0])
+    # coef >= 1 (max_norm = total + 1e-6 exactly, and far above): exactly 1
+    for mx in (float(TO.add(F(1), F(1e-6))), 2.0, 1e30):
+        g2 = [np.array([-1.0, SUB, NSUB, -0.0, 1e-30], np.float32)]   # total 1
+        got = [x.copy() for x in g2]
+        api().clip_grad_norm_(got, mx)
+        same(got[0], TO.ftz(g2[0]), f"max_norm {mx}: coef exactly 1")
+
+
+def test_T3_hyperparameters_rounded_to_float32_once():
+    """T-3: a Python-float lr (0.1, not a float32) is rounded to float32 once: SGD with
+    lr=0.1 gives the bits of lr=np.float32(0.1) and of p = fma(neg(f32(0.1)), g, p), and
+    not those of the float64 0.1 applied to g then rounded; likewise max_norm (T-24)."""
+    rng = np.random.default_rng(3)
+    p0 = rnd(rng, (4, 300))
+    g = rnd(rng, (4, 300))
+    runs = []
+    for lr in (0.1, np.float32(0.1), float(np.float32(0.1))):
+        p = p0.copy()
+        api().SGD([p], lr=lr).step([g.copy()])
+        runs.append(p)
+    same(runs[0], runs[1])
+    same(runs[0], runs[2])
+    want = TO.fma(TO.neg(F(0.1)), g, p0)
+    same(runs[0], want, "fma with the float32 lr")
+    f64 = (p0.astype(np.float64) - 0.1 * g.astype(np.float64)).astype(np.float32)
+    assert n_diff(want, f64) > 0, "the float64 lr would give other bits"
+    # max_norm: a Python float 0.3 clips as the float32 0.3
+    a, b = [rnd(rng, (50,))], None
+    b = [a[0].copy()]
+    api().clip_grad_norm_(a, 0.3)
+    api().clip_grad_norm_(b, np.float32(0.3))
+    same(a[0], b[0])
+
+
 # =====================================================================================
 # T-26 .. T-28 accumulation
 # =====================================================================================
@@ -480,7 +746,8 @@ def test_T26_accumulate_grads_tree(A, tokens):
 
 
 def test_T27_aligned_split_reassembles_unsplit_dweight():
-    """(512, 4): four micro-batches of 128 tokens; their dW by the tree is the unsplit dW."""
+    """T-27, T-28: (512, 4): four micro-batches of 128 tokens split on leaf boundaries; their
+    dW (T-6's dot over tokens) by the T-26 tree reassembles the unsplit dW's bits."""
     rng = np.random.default_rng(27)
     M, K, N, A = 512, 3, 2, 4
     a = rnd(rng, (M, K))
@@ -1016,7 +1283,8 @@ def _close(a, b, rtol=2e-5, atol=1e-6):
 
 
 def test_oracle_dot_is_fp32_v1():
-    """dot / linear are fp32.v1: the GEMM oracle's bits (tests/oracle.py, another writing)."""
+    """T-2, T-4: dot / linear are fp32.v1: the GEMM oracle's bits (tests/oracle.py, another
+    writing), k across one, two and three leaves."""
     rng = np.random.default_rng(1)
     for k in (1, 127, 128, 129, 300, 385):
         a = rnd(rng, (4, k), edges=0.1)
@@ -1028,6 +1296,8 @@ def test_oracle_dot_is_fp32_v1():
 
 
 def test_oracle_fold_and_chain_definitions():
+    """T-2: the oracle's fold(k) is dot(k) with ones (leaves of L(k), the tree) and its chain
+    the plain serial loop from +0; fold is a sum within float32 error."""
     rng = np.random.default_rng(2)
     x = rnd(rng, (5, 300))
     # fold = dot with ones (fma(1, x, acc) is add(acc, x))
@@ -1041,6 +1311,7 @@ def test_oracle_fold_and_chain_definitions():
 
 
 def test_oracle_linear_backward_vs_float64():
+    """T-5, T-6: the oracle's linear_backward is dC . W and dC^T . A within float32 error of float64."""
     rng = np.random.default_rng(3)
     a, w, dc = rnd(rng, (40, 33)), rnd(rng, (7, 33)), rnd(rng, (40, 7))
     da, dw = TO.linear_backward(dc, a, w)
@@ -1049,6 +1320,7 @@ def test_oracle_linear_backward_vs_float64():
 
 
 def test_oracle_cross_entropy_vs_torch():
+    """T-14 .. T-18: the oracle's cross entropy (loss and gradient) is torch's within float32 error."""
     t = _torch()
     rng = np.random.default_rng(4)
     for smooth in (0.0, 0.1, 0.7):
@@ -1068,6 +1340,7 @@ def test_oracle_cross_entropy_vs_torch():
 
 
 def test_oracle_rms_norm_vs_torch_autograd():
+    """T-8 .. T-11: the oracle's RMSNorm forward / backward is torch autograd's within float32 error."""
     t = _torch()
     rng = np.random.default_rng(5)
     x, w, dy = rnd(rng, (130, 24)), rnd(rng, (24,)), rnd(rng, (130, 24))
@@ -1082,6 +1355,7 @@ def test_oracle_rms_norm_vs_torch_autograd():
 
 
 def test_oracle_embedding_and_clip_vs_references():
+    """T-13, T-23 .. T-25: the oracle's embedding backward and clipping against float64 / torch references."""
     t = _torch()
     rng = np.random.default_rng(6)
     ids = rng.integers(0, 9, (3, 50))
@@ -1124,12 +1398,14 @@ def _torch_opt_run(name, kw, steps, seed):
     ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.2, weight_decay=0.01), 14),
     ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, maximize=True), 14)])
 def test_oracle_optimizers_vs_torch(name, kw, steps):
+    """T-29 .. T-34: the oracle's SGD / Adam / AdamW steps are torch's within float32 error."""
     ref, want = _torch_opt_run(name, kw, steps, seed=7)
     for r, w in zip(ref, want):
         _close(w, r, rtol=1e-4, atol=1e-5)
 
 
 def test_oracle_schedules_vs_float64_and_round_f32():
+    """T-36 .. T-38: the oracle's schedules against float64 formulas and round_f32."""
     import math
     rng = np.random.default_rng(8)
     for q in rng.standard_normal(200) * 10.0 ** rng.integers(-30, 30, 200):
@@ -1151,6 +1427,7 @@ def test_oracle_schedules_vs_float64_and_round_f32():
 
 
 def test_oracle_pw_vs_float64():
+    """T-30: the oracle's pw(b, t) against float64 powers within float32 error."""
     for b in (0.9, 0.999, 0.9999, 0.5):
         for t in (1, 2, 7, 100, 10000):
             # each squaring doubles the relative error: about t ulps at most
@@ -1158,6 +1435,7 @@ def test_oracle_pw_vs_float64():
 
 
 def test_oracle_aligned_split_predicate():
+    """T-27: the oracle's aligned_split predicate (the release's and ours)."""
     assert TO.aligned_split(512, 4) and TO.aligned_split(128, 1)
     assert not TO.aligned_split(384, 2) and not TO.aligned_split(300, 2)
     assert TO.aligned_split(768, 2, strict=False) and not TO.aligned_split(768, 2)

@@ -17,9 +17,12 @@ balanced pairwise tree with odd carry over the last axis.
 linear_forward(a, w) (T-4); linear_backward(dc, a, w) -> (da, dw) (T-5, T-6).
 rms_norm_forward(x, w, eps) (T-8 / M-4); rms_norm_backward(dy, x, w, eps) -> (dx, dw)
 (T-9 .. T-11).
+bias_backward(dy, variant=()) (T-7).
 embedding_forward(weight, ids) (T-12); embedding_backward(dy, ids, vocab) (T-13).
 cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_smoothing=0.0,
 num_items=None, return_grad=False, variant=()) (T-14 .. T-18).
+chunked_lm_head_loss(h, w, targets, return_grad=False, variant=()) -> loss or
+(loss, dh, dw) (T-19 .. T-21).
 clip_grad_norm(grads, max_norm) -> (total, clipped list) (T-23 .. T-25); raises
 NonFinite when the total is not finite.
 accumulate_grads(mgrads, variant=()) (T-26); aligned_split(tokens, A, strict=True) (T-27).
@@ -32,6 +35,10 @@ new params (the object keeps its own copies), state_dict(), load_state_dict(sd).
 VARIANTS (deliberate single-rule changes, for the sabotage tests only)
 - dot/fold ``leaf``: another leaf size than fp32.v1's L(k).
 - cross_entropy ``variant``: "den_chain" (T-14's den as one chain), "lp_chain" (T-15).
+- bias_backward ``variant``: "fold" (T-7 as fold(k = rows) instead of the chain).
+- chunked_lm_head_loss ``variant``: "z_dot" (T-19's z by dot(k = width)), "den_fold"
+  (T-19's den as fold(k = V)), "mean_chain" (T-20 as one chain over the rows),
+  "grad_dot" (T-21's dH and dW by dot(k = V) / dot(k = rows)).
 - accumulate_grads ``variant``: "running" (a running sum instead of T-26's tree).
 - pw ``variant``: "running" (a running product instead of T-30's binary powering).
 - rms_norm_backward ``variant``: "dw_chain" (T-11 as a chain over rows).
@@ -214,6 +221,17 @@ def linear_backward(dc, a, w, leaf=None):
     return da.reshape(a.shape), dw
 
 
+def bias_backward(dy, variant=()):
+    """T-7: per output column a chain over the rows ascending, acc = add(acc, dy[r]) from
+    +0 (dy (..., n), leading dims flattened to rows; a 1-D dy is one row)."""
+    dy = ftz(dy)
+    n = dy.shape[-1]
+    cols = np.ascontiguousarray(dy.reshape(-1, n).T)            # (n, rows)
+    if cols.shape[1] == 0:
+        return np.zeros(n, np.float32)
+    return fold(cols) if "fold" in variant else chain(cols)
+
+
 # ----------------------------------------------------------------- T-8 .. T-11 RMSNorm
 def _rstd(x2, eps):
     """M-4: acc = chain of fma(x, x, acc); mean = div(acc, f32(d));
@@ -329,6 +347,61 @@ def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_sm
     g = div(sub(w, tv), D)
     g[ignored] = F(0.0)
     return F(loss), a32(g)
+
+
+# ----------------------------------------------------------------- T-19 .. T-21 chunked LM head
+T20_PART = 256   # T-20: the mean's rows in leaves of 256 (a fixed size, not fp32.v1's L(k))
+
+
+def chunked_lm_head_loss(h, w, targets, return_grad=False, variant=()):
+    """T-19 .. T-21 of h (rows, width), w (V, width), targets (rows,) in [0, V).
+
+    T-19: z[r, v] = chain over f ascending of fma(h_rf, W_vf, acc) from +0; m = rowmax;
+    s = sub(z, m); e = expf(s); den = chain over v = 0 .. V-1 of add(den, e_v);
+    row = neg(sub(s_y, logf(den))). T-20: rows in leaves of 256 (chains from +0), the
+    leaves by the balanced tree, loss = div(total, f32(rows)). T-21: dl = div(sub(div(e,
+    den), onehot), f32(rows)); dH[r, f] = chain over v ascending of fma(dl_rv, W_vf, acc);
+    dW[v, f] = chain over r ascending of fma(dl_rv, h_rf, acc)."""
+    h = ftz(h)
+    w = ftz(w)
+    R, Fw = h.shape
+    V = w.shape[0]
+    y = np.asarray(targets, dtype=np.int64).reshape(-1)
+    assert y.shape == (R,) and V >= 2 and R >= 1
+    if "z_dot" in variant:
+        z = dot(h[:, None, :], w[None, :, :])
+    else:
+        z = np.zeros((R, V), np.float32)
+        for f in range(Fw):                                     # T-19's fma chain
+            z = fma(h[:, f:f + 1], w[None, :, f], z)
+    m = rowmax(z)
+    s = sub(z, m[:, None])
+    e = expf(s)
+    den = fold(e) if "den_fold" in variant else chain(e)
+    lden = logf(den)
+    s_y = s[np.arange(R), y]
+    row = neg(sub(s_y, lden))
+    if "mean_chain" in variant:                                 # T-20
+        total = chain(row[None, :])[0]
+    else:
+        total = fold(row[None, :], leaf=T20_PART)[0]
+    loss = F(div(total, F(R))[()])
+    if not return_grad:
+        return loss
+    onehot = np.zeros((R, V), np.float32)
+    onehot[np.arange(R), y] = F(1)
+    dl = div(sub(div(e, den[:, None]), onehot), F(R))           # T-21
+    if "grad_dot" in variant:
+        dh = dot(dl[:, None, :], np.ascontiguousarray(w.T)[None, :, :])
+        dw = dot(np.ascontiguousarray(dl.T)[:, None, :], np.ascontiguousarray(h.T)[None, :, :])
+        return loss, dh, dw
+    dh = np.zeros((R, Fw), np.float32)
+    for v in range(V):                                          # chain over v ascending
+        dh = fma(dl[:, v:v + 1], w[None, v, :], dh)
+    dw = np.zeros((V, Fw), np.float32)
+    for r in range(R):                                          # chain over rows ascending
+        dw = fma(dl[r][:, None], h[r][None, :], dw)
+    return loss, dh, dw
 
 
 # ----------------------------------------------------------------- T-23 .. T-25 clipping

@@ -62,6 +62,8 @@ def train_adam(args: tuple[int, int, int, int, int, int, int, int, int, int, int
 def train_sgd(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (p_addrs: int, g_addrs: int, sizes: int, count: int, buf_flat: int, flags_i32: int, lr_bits: int, momentum_bits: int, dampening_bits: int, wd_bits: int, nesterov: int, maximize: int, tasks: int)
 def train_first_nonfinite(args: tuple[int, int, int], /) -> int: ...  # (x: int, n: int, tasks: int)
 def train_neg(args: tuple[int, int, int, int], /) -> None: ...  # (x: int, out: int, n: int, tasks: int)
+def train_bias_backward(args: tuple[int, int, int, int, int], /) -> None: ...  # (dy: int, out: int, rows: int, n: int, tasks: int)
+def train_lm_head(args: tuple[int, int, int, int, int, int, int, int, int], /) -> int: ...  # (h: int, w: int, targets_i64: int, dh: int, dw: int, rows: int, width: int, v: int, tasks: int)
 def train_attn_probs(args: tuple[int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (q: int, ldq: int, kt: int, p: int, batch: int, length: int, n_heads: int, n_kv: int, head_dim: int, tasks: int)
 def train_softmax_bwd(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (p: int, dp: int, ds: int, rows: int, n: int, scale_bits: int, tasks: int)
 def train_silu_mul_bwd(args: tuple[int, int, int, int, int, int, int, int], /) -> None: ...  # (gu: int, ldgu: int, dp: int, ldp: int, dgu: int, rows: int, ff: int, tasks: int)

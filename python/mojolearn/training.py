@@ -5,6 +5,8 @@
     y = T.linear_forward(x, w)                        # fp32.v1, dot(k = K)
     loss, dlogits = T.cross_entropy(logits, targets, return_grad=True)
     dx, dw = T.linear_backward(dy, x, w)              # dot(k = N), dot(k = tokens)
+    loss, dh, dW = T.chunked_lm_head_loss(h, W, targets, return_grad=True)  # T-19 .. T-21
+    db = T.bias_backward(dy)                          # T-7: a chain over rows
     opt = T.AdamW(params, lr=3e-4, lr_schedule=T.WarmupCosineLR(3e-4, 100, 10_000))
     opt.step(grads, max_norm=1.0)                     # clip, then one AdamW step in place
 
@@ -24,7 +26,8 @@ Arrays are C-contiguous float32 numpy arrays; parameters and clipped gradients a
 updated in place. All arithmetic runs in the Mojo extension.
 """
 from ._train.primitives import (
-    accumulate_grads, aligned_split, clip_grad_norm_, cross_entropy, embedding_backward,
+    accumulate_grads, aligned_split, bias_backward, chunked_lm_head_loss, clip_grad_norm_,
+    cross_entropy, embedding_backward,
     embedding_forward, linear_backward, linear_forward, rms_norm_backward, rms_norm_forward,
     splits_that_work,
 )
@@ -35,7 +38,8 @@ from ._train.trainer import Trainer
 __all__ = [
     "linear_forward", "linear_backward", "rms_norm_forward", "rms_norm_backward",
     "embedding_forward", "embedding_backward", "cross_entropy", "clip_grad_norm_",
-    "accumulate_grads", "aligned_split", "splits_that_work", "ConstantLR", "WarmupLinearLR",
+    "accumulate_grads", "aligned_split", "splits_that_work", "bias_backward",
+    "chunked_lm_head_loss", "ConstantLR", "WarmupLinearLR",
     "WarmupCosineLR", "schedule_from_dict", "SGD", "Adam", "AdamW", "Trainer",
 ]
 

@@ -15,7 +15,8 @@ from train.cpu.ops import (
     W, F1, MAX_LEAVES, f32_of, bits_of, leaf_partials, tree_buf, reduce_contig, fold_cols_range,
     rms_backward_rows, gather_flush_rows, embedding_backward_cols, ce_rows, scale_range,
     tree_sum_range, AdamScalars, adam_range, SgdScalars, sgd_range, first_nonfinite_range,
-    neg_range,
+    neg_range, bias_backward_cols, transpose_rows, lm_head_rows, chain_cols_rows, lm_head_mean,
+    LMH_ROWS_PER_PART,
 )
 from arith.tree import leaf_count
 
@@ -385,6 +386,86 @@ def train_neg(args: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
+def train_bias_backward(args: PythonObject) raises -> PythonObject:
+    """(dy, out, rows, n, tasks): T-7, out[c] = the chain over rows ascending from +0 of
+    add(acc, dy[r, c]) (dy (rows, n)), the columns split over tasks (never the rows)."""
+    var dy = ptr_f32(_arg(args, 0))
+    var out = ptr_f32(_arg(args, 1))
+    var rows = _arg(args, 2)
+    var n = _arg(args, 3)
+    var nb = (n + W - 1) // W
+    var tc = _tasks(nb, _arg(args, 4), max(1, 8192 // max(1, rows * W)))
+    def work(t: Int) {imm dy, imm out, imm rows, imm n, imm nb, imm tc}:
+        var b = chunk_bounds(nb, tc, t, 1)
+        bias_backward_cols(dy, out, rows, n, b[0], b[1])
+
+    if nb > 0:
+        run_tasks(work, tc)
+    return PythonObject(None)
+
+
+def train_lm_head(args: PythonObject) raises -> PythonObject:
+    """(h, w, targets_i64, dh, dw, rows, width, v, tasks): the chunked LM-head loss
+    (T-19 .. T-21) of h (rows, width), W (v, width) and targets (rows,) in [0, v); returns
+    the bits of T-20's mean loss. When dh != 0, dh (rows, width) and dw (v, width) get
+    T-21's gradients (chains over v and over rows). rows >= 1, v >= 2 (checked by the
+    caller)."""
+    var h = ptr_f32(_arg(args, 0))
+    var w = ptr_f32(_arg(args, 1))
+    var targets = ptr_i64(_arg(args, 2))
+    var dha = _arg(args, 3)
+    var dwa = _arg(args, 4)
+    var rows = _arg(args, 5)
+    var width = _arg(args, 6)
+    var V = _arg(args, 7)
+    var tasks = _arg(args, 8)
+    var has_grad = dha != 0
+    var wt = _falloc(width * V)
+    var rows_out = _falloc(rows)
+    var dl = _falloc(rows * V if has_grad else 1)
+    # W transposed (width, V): vocab rows in the lanes of T-19's chains (a copy)
+    var tt = _tasks(V, tasks, max(1, 16384 // max(1, width)))
+    def twork(t: Int) {imm w, imm wt, imm V, imm width, imm tt}:
+        var b = chunk_bounds(V, tt, t, 1)
+        transpose_rows(w, wt, V, width, b[0], b[1])
+
+    if width > 0:
+        run_tasks(twork, tt)
+    var tr = _tasks(rows, tasks, max(1, 4096 // max(1, V * max(1, width))))
+    def rwork(t: Int) {imm h, imm wt, imm targets, imm rows_out, imm dl, imm has_grad, imm rows, imm V, imm width, imm tr}:
+        var b = chunk_bounds(rows, tr, t, 1)
+        var z = _falloc(V)
+        lm_head_rows(h, wt, targets, rows_out, dl, has_grad, rows, V, width, b[0], b[1], z)
+        z.unsafe_free()
+
+    run_tasks(rwork, tr)
+    wt.unsafe_free()
+    if has_grad and width > 0:
+        var dh = ptr_f32(dha)
+        var dw = ptr_f32(dwa)
+        # dH[r, f]: the chain over v ascending of fma(dl[r, v], W[v, f], acc)
+        def hwork(t: Int) {imm dl, imm w, imm dh, imm rows, imm V, imm width, imm tr}:
+            var b = chunk_bounds(rows, tr, t, 1)
+            chain_cols_rows(dl, 1, V, w, V, width, dh, b[0], b[1])
+
+        run_tasks(hwork, tr)
+        # dW[v, f]: the chain over rows ascending of fma(dl[r, v], h[r, f], acc)
+        var tv = _tasks(V, tasks, max(1, 4096 // max(1, rows * width)))
+        def wwork(t: Int) {imm dl, imm h, imm dw, imm rows, imm V, imm width, imm tv}:
+            var b = chunk_bounds(V, tv, t, 1)
+            chain_cols_rows(dl, V, 1, h, rows, width, dw, b[0], b[1])
+
+        run_tasks(wwork, tv)
+    dl.unsafe_free()
+    var old = enter_contract_mode()
+    var buf = _falloc((rows + LMH_ROWS_PER_PART - 1) // LMH_ROWS_PER_PART)
+    var loss = lm_head_mean(rows_out, rows, buf)
+    leave_contract_mode(old)
+    buf.unsafe_free()
+    rows_out.unsafe_free()
+    return PythonObject(bits_of(loss[0]))
+
+
 def register_train(mut m: PythonModuleBuilder) raises:
     m.def_function[train_rms_norm_backward]("train_rms_norm_backward")
     m.def_function[train_fold_rows]("train_fold_rows")
@@ -398,3 +479,5 @@ def register_train(mut m: PythonModuleBuilder) raises:
     m.def_function[train_sgd]("train_sgd")
     m.def_function[train_first_nonfinite]("train_first_nonfinite")
     m.def_function[train_neg]("train_neg")
+    m.def_function[train_bias_backward]("train_bias_backward")
+    m.def_function[train_lm_head]("train_lm_head")

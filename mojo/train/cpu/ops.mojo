@@ -19,7 +19,7 @@ from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from arith.fp import ftz, daz_in, daz_bits
-from arith.tree import leaf_size, leaf_count, chain_step_daz, serial_add_daz
+from arith.tree import leaf_size, leaf_count, chain_step, chain_step_daz, serial_add_daz
 from arith.elementary import mul, sqrt_rn, expf, logf
 from gemm.cpu.pack_f32 import transpose_sq
 
@@ -360,6 +360,183 @@ def ce_rows(logits: F32Ptr, targets: I64Ptr, rows_out: F32Ptr, grad: F32Ptr, has
                 j += 1
             var wy = ftz(F1(e.unsafe_load(y)) / den)
             g.unsafe_store(y, ftz(ftz(wy - t_y) / Dv)[0])
+
+
+# ------------------------------------------------------------------ T-7 bias
+def bias_backward_cols(dy: F32Ptr, dst: F32Ptr, rows: Int, n: Int, b0: Int, b1: Int):
+    """T-7 over column blocks b0 .. b1 (W columns each, one column a lane): out[c] = the
+    chain over rows ascending from +0 of acc = add(acc, dy[r, c]) (dst[c]), every operand read
+    flushed and every step flushed."""
+    for blk in range(b0, b1):
+        var c0 = blk * W
+        if c0 + W <= n:
+            var acc = FW(0)
+            for r in range(rows):
+                acc = ftz(acc + daz_in(dy.unsafe_offset(r * n + c0).unsafe_load[width=W](0)))
+            dst.unsafe_offset(c0).unsafe_store(0, acc)
+        else:
+            for c in range(c0, n):
+                var acc = F1(0)
+                for r in range(rows):
+                    acc = ftz(acc + daz_in(F1(dy.unsafe_load(r * n + c))))
+                dst.unsafe_store(c, acc[0])
+
+
+# ------------------------------------------------------------------ T-19 .. T-21 chunked LM head
+comptime LMH_ROWS_PER_PART = 256  # T-20: the mean's rows in parts of 256 (not fp32.v1's L(k))
+
+
+def transpose_rows(src: F32Ptr, dst: F32Ptr, n_rows: Int, n_cols: Int, r0: Int, r1: Int):
+    """dst (n_cols, n_rows) = src (n_rows, n_cols) transposed, for source rows r0 .. r1
+    (a copy: no arithmetic)."""
+    for r in range(r0, r1):
+        for c in range(n_cols):
+            dst.unsafe_store(c * n_rows + r, src.unsafe_load(r * n_cols + c))
+
+
+@always_inline
+def _lmh_z[w: Int](hr: F32Ptr, wt: F32Ptr, V: Int, width: Int, v0: Int) -> SIMD[DType.float32, w]:
+    """T-19's z for vocab rows v0 .. v0 + w of one row of h (one vocab row a lane):
+    the chain over features f ascending of acc = ftz(fma(h_f, W_vf, acc)) from +0
+    (arith.tree.chain_step), wt the (width, V) transpose of W."""
+    comptime V_ = SIMD[DType.float32, w]
+    var acc = V_(0)
+    for f in range(width):
+        var hf = V_(daz_in(F1(hr.unsafe_load(f)))[0])
+        acc = chain_step[w](hf, daz_in(wt.unsafe_offset(f * V + v0).unsafe_load[width=w](0)), acc)
+    return acc
+
+
+@always_inline
+def _lmh_z4(hr: F32Ptr, wt: F32Ptr, V: Int, width: Int, v0: Int, z: F32Ptr):
+    """_lmh_z[W] for four consecutive blocks of W vocab rows at once (four independent
+    chains in flight; each lane's steps as in _lmh_z)."""
+    var a0 = FW(0)
+    var a1 = FW(0)
+    var a2 = FW(0)
+    var a3 = FW(0)
+    for f in range(width):
+        var hf = FW(daz_in(F1(hr.unsafe_load(f)))[0])
+        var p = wt.unsafe_offset(f * V + v0)
+        a0 = chain_step[W](hf, daz_in(p.unsafe_load[width=W](0)), a0)
+        a1 = chain_step[W](hf, daz_in(p.unsafe_load[width=W](W)), a1)
+        a2 = chain_step[W](hf, daz_in(p.unsafe_load[width=W](2 * W)), a2)
+        a3 = chain_step[W](hf, daz_in(p.unsafe_load[width=W](3 * W)), a3)
+    z.unsafe_store(v0, a0)
+    z.unsafe_store(v0 + W, a1)
+    z.unsafe_store(v0 + 2 * W, a2)
+    z.unsafe_store(v0 + 3 * W, a3)
+
+
+def lm_head_rows(h: F32Ptr, wt: F32Ptr, targets: I64Ptr, rows_out: F32Ptr, dl: F32Ptr, has_grad: Bool,
+                 rows: Int, V: Int, width: Int, r0: Int, r1: Int, z: F32Ptr):
+    """Rows r0 .. r1 of T-19 (row losses into rows_out) and, when has_grad, T-21's
+    dl = div(sub(div(e, den), onehot), f32(rows)) into dl (rows, V). wt: W transposed
+    (width, V); z: V floats of scratch. Per row: z by T-19's chains (vocab rows in the
+    lanes), m = rowmax (-0 below +0), s = sub(z, m), e = expf(s), den = the chain over
+    v = 0 .. V-1 of add(den, e_v) from +0 (every step flushed), row =
+    neg(sub(s_y, logf(den))). The caller has checked every target."""
+    var fR = F1(Float32(rows))
+    for r in range(r0, r1):
+        var hr = h.unsafe_offset(r * width)
+        var y = Int(targets.unsafe_load(r))
+        var v = 0
+        while v + 4 * W <= V:
+            _lmh_z4(hr, wt, V, width, v, z)
+            v += 4 * W
+        while v + W <= V:
+            z.unsafe_store(v, _lmh_z[W](hr, wt, V, width, v))
+            v += W
+        while v < V:
+            z.unsafe_store(v, _lmh_z[1](hr, wt, V, width, v)[0])
+            v += 1
+        # m = rowmax (-0 below +0)
+        var kv = SIMD[DType.int32, W](Int32.MIN)
+        var j = 0
+        while j + W <= V:
+            kv = max(kv, _key[W](z.unsafe_load[width=W](j)))
+            j += W
+        var km = kv.reduce_max()
+        while j < V:
+            km = max(km, _key[1](F1(z.unsafe_load(j)))[0])
+            j += 1
+        var m = _of_key(km)
+        var mw = FW(m[0])
+        var s_y = ftz(daz_in(F1(z.unsafe_load(y))) - m)
+        # s = sub(z, m), e = expf(s), in place
+        j = 0
+        while j + W <= V:
+            z.unsafe_store(j, ftz(expf(ftz(daz_in(z.unsafe_load[width=W](j)) - mw))))
+            j += W
+        while j < V:
+            z.unsafe_store(j, ftz(expf(ftz(daz_in(F1(z.unsafe_load(j))) - m)))[0])
+            j += 1
+        # den: one chain over v ascending (T-19), not T-14's fold
+        var den = F1(0)
+        for i in range(V):
+            den = ftz(den + daz_in(F1(z.unsafe_load(i))))
+        var lden = ftz(logf(den))
+        rows_out.unsafe_store(r, (-ftz(s_y - lden))[0])
+        if has_grad:
+            var g = dl.unsafe_offset(r * V)
+            var dw = FW(den[0])
+            var rw = FW(fR[0])
+            j = 0
+            while j + W <= V:
+                var wv = ftz(z.unsafe_load[width=W](j) / dw)
+                g.unsafe_store(j, ftz(ftz(wv - FW(0)) / rw))
+                j += W
+            while j < V:
+                var wv = ftz(F1(z.unsafe_load(j)) / den)
+                g.unsafe_store(j, ftz(ftz(wv - F1(0)) / fR)[0])
+                j += 1
+            var wy = ftz(F1(z.unsafe_load(y)) / den)
+            g.unsafe_store(y, ftz(ftz(wy - F1(1)) / fR)[0])
+
+
+@always_inline
+def _chain_cols[w: Int](coef: F32Ptr, cstride: Int, src: F32Ptr, n: Int, ld: Int, c0: Int) -> SIMD[DType.float32, w]:
+    """Columns c0 .. c0 + w (one a lane) of the chain over i = 0 .. n-1 ascending from +0
+    of acc = ftz(fma(coef[i * cstride], src[i * ld + c], acc)) (arith.tree.chain_step;
+    T-21's dH and dW)."""
+    comptime V_ = SIMD[DType.float32, w]
+    var acc = V_(0)
+    for i in range(n):
+        var a = V_(daz_in(F1(coef.unsafe_load(i * cstride)))[0])
+        acc = chain_step[w](a, daz_in(src.unsafe_offset(i * ld + c0).unsafe_load[width=w](0)), acc)
+    return acc
+
+
+def chain_cols_rows(coef: F32Ptr, cstride: Int, crow: Int, src: F32Ptr, n: Int, width: Int, dst: F32Ptr,
+                    o0: Int, o1: Int):
+    """T-21: for outputs o in o0 .. o1, dst[o, f] (width columns) = the chain over
+    i = 0 .. n-1 ascending of fma(coef[o * crow + i * cstride], src[i, f], acc), W
+    columns a step. dH: o a row of h, coef = dl (crow V, cstride 1), src = W (V, width);
+    dW: o a vocab row, coef = dl (crow 1, cstride V), src = h (rows, width)."""
+    for o in range(o0, o1):
+        var c = coef.unsafe_offset(o * crow)
+        var d = dst.unsafe_offset(o * width)
+        var f = 0
+        while f + W <= width:
+            d.unsafe_store(f, _chain_cols[W](c, cstride, src, n, width, f))
+            f += W
+        while f < width:
+            d.unsafe_store(f, _chain_cols[1](c, cstride, src, n, width, f)[0])
+            f += 1
+
+
+def lm_head_mean(rows_out: F32Ptr, rows: Int, buf: F32Ptr) -> F1:
+    """T-20: the row losses in parts of 256 rows, each a chain from +0 ascending (every
+    step flushed), the parts by fp32.v1's balanced tree (odd carry), then
+    div(total, f32(rows)); buf: one float a part."""
+    var nparts = (rows + LMH_ROWS_PER_PART - 1) // LMH_ROWS_PER_PART
+    for p in range(nparts):
+        var acc = F1(0)
+        for r in range(p * LMH_ROWS_PER_PART, min(rows, (p + 1) * LMH_ROWS_PER_PART)):
+            acc = ftz(acc + daz_in(F1(rows_out.unsafe_load(r))))
+        buf.unsafe_store(p, acc[0])
+    var total = tree_buf[1](buf, nparts)
+    return ftz(total / F1(Float32(rows)))
 
 
 # ------------------------------------------------------------------ T-23 .. T-26

@@ -158,6 +158,10 @@ ENTRIES = (
     Entry("train_first_nonfinite", ("x", "n", "tasks"), "cpu", "int",
           doc="T-41: the flat index of the first NaN or inf, or -1"),
     Entry("train_neg", ("x", "out", "n", "tasks"), "cpu", doc="T-1's neg: every sign bit flipped"),
+    Entry("train_bias_backward", ("dy", "out", "rows", "n", "tasks"), "cpu",
+          doc="T-7: per column the chain over rows ascending of add(acc, dy[r])"),
+    Entry("train_lm_head", ("h", "w", "targets_i64", "dh", "dw", "rows", "width", "v", "tasks"),
+          "cpu", "int", "T-19 .. T-21: the chunked LM-head mean loss's bits; dh, dw when dh != 0"),
     # the model backward (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-47 ..)
     Entry("train_attn_probs", ("q", "ldq", "kt", "p", "batch", "length", "n_heads", "n_kv",
                                "head_dim", "tasks"), "cpu",

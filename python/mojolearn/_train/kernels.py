@@ -19,7 +19,7 @@ from .._ops import calls as _calls
 __all__ = [
     "f32_bits", "bits_f32", "rms_norm_forward", "rms_norm_backward", "gather",
     "embedding_backward_into", "ce_rows", "fold_rows", "scalar_div", "clip", "tree_sum",
-    "adam_step", "sgd_step", "first_nonfinite", "neg", "gemm",
+    "adam_step", "sgd_step", "first_nonfinite", "neg", "gemm", "bias_backward", "lm_head",
 ]
 
 
@@ -175,3 +175,28 @@ def neg(x):
     if x.size:
         native().train_neg((_a(x), _a(out), x.size, tasks()))
     return out
+
+
+def bias_backward(dy):
+    """T-7: a new (n,) array, out[c] = the chain over rows ascending from +0 of
+    add(acc, dy[r, c]) (dy (rows, n))."""
+    rows, n = dy.shape
+    out = np.empty((n,), dtype=np.float32)
+    if n:
+        native().train_bias_backward((_a(dy), _a(out), rows, n, tasks()))
+    return out
+
+
+def lm_head(h, weight, targets, return_grad: bool):
+    """T-19 .. T-21 of h (rows, width), weight (V, width), int64 targets (rows,) (checked
+    by the caller: rows >= 1, V >= 2, every target in [0, V)). Returns (loss float32,
+    dh, dweight), the gradients None without return_grad."""
+    rows, width = h.shape
+    v = weight.shape[0]
+    dh = np.zeros((rows, width), dtype=np.float32) if return_grad else None
+    dw = np.zeros((v, width), dtype=np.float32) if return_grad else None
+    bits = native().train_lm_head((
+        _a(h), _a(weight), _a(targets), 0 if dh is None else _a(dh), 0 if dw is None else _a(dw),
+        rows, width, v, tasks(),
+    ))
+    return bits_f32(bits), dh, dw

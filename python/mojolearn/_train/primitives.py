@@ -29,7 +29,8 @@ from . import kernels as K
 __all__ = [
     "linear_forward", "linear_backward", "rms_norm_forward", "rms_norm_backward",
     "embedding_forward", "embedding_backward", "cross_entropy", "clip_grad_norm_",
-    "accumulate_grads", "aligned_split", "splits_that_work",
+    "accumulate_grads", "aligned_split", "splits_that_work", "bias_backward",
+    "chunked_lm_head_loss",
 ]
 
 
@@ -165,6 +166,22 @@ def linear_backward(dc, a, weight):
         K.gemm(dc, weight, da, m, k, n, 0, 0)
         K.gemm(dc, a, dw, n, k, m, 1, 0)
     return da, dw
+
+
+def bias_backward(dy):
+    """The bias gradient of the release's small trainer (T-7): per output column the chain
+    over rows ascending from +0, acc = add(acc, dy[r]) (every operand and step flushed),
+    not a fold. dy (..., n), its leading dims flattened to rows (a 1-D dy is one row).
+    Returns a new float32 array (n,). The models' q/k/v projection bias (qwen2) uses
+    T-56's fold(k = tokens) instead, never this chain."""
+    fn = "bias_backward"
+    dy = _f32(dy, fn, "dy")
+    if dy.ndim < 1:
+        raise ValueError(f"mojolearn: {fn}: dy must be (..., n), got a 0-d array")
+    _training_profile(fn)
+    _finite(dy, fn, "dy")
+    n = dy.shape[-1]
+    return K.bias_backward(dy.reshape(-1, n))
 
 
 # ---------------------------------------------------------------------------- RMSNorm
@@ -323,6 +340,75 @@ def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_sm
     total = K.fold_rows(rows.reshape(n, 1))[0] if n else np.float32(0)
     loss = K.bits_f32(K.scalar_div(K.f32_bits(total), db))
     return (loss, grad) if return_grad else loss
+
+
+# ---------------------------------------------------------------------------- chunked LM head
+_LMH_REFUSED = ("ignore_index", "label_smoothing", "reduction", "weight", "num_items")
+
+
+def chunked_lm_head_loss(h, weight, targets, return_grad=False, **refused):
+    """The release's chunked LM-head loss (T-19 .. T-22): the mean cross entropy of the
+    logits z = h . weight^T with integer targets, never materialised as linear_forward.
+
+    h (rows, width), weight (V, width) as stored, targets (rows,) integers in [0, V).
+    T-19 per row: z[r, v] = the chain over features of fma(h_rf, W_vf, acc) (not dot's
+    leaves); m = rowmax; s = sub(z, m); e = expf(s); den = the chain over v = 0 .. V-1 of
+    add(den, e_v) (not T-14's fold); row = neg(sub(s_y, logf(den))). T-20: the rows in
+    parts of 256 (chains from +0), the parts by the balanced tree, div(total, f32(rows)).
+    T-21 (return_grad): dl = div(sub(div(e, den), onehot), f32(rows)); dh[r, f] = the
+    chain over v ascending of fma(dl_rv, W_vf, acc); dweight[v, f] = the chain over rows
+    ascending of fma(dl_rv, h_rf, acc); every operand and step flushed.
+
+    T-22: this equals cross_entropy(linear_forward(h, weight), targets) while width, V
+    and rows are all <= 128 and may differ beyond. Mean only: no ignore_index, no label
+    smoothing, no reduction= (refused by name, T-42); V < 2 is refused (T-42).
+    Returns the float32 loss, or (loss, dh, dweight) with return_grad."""
+    fn = "chunked_lm_head_loss"
+    for name in refused:
+        if name in _LMH_REFUSED:
+            raise TypeError(f"mojolearn: {fn}: {name}= is not supported (T-22, T-42: the chunked "
+                            f"head is the mean over every row, with no ignore_index, smoothing, "
+                            f"weights or other reduction; use cross_entropy for those)")
+        raise TypeError(f"mojolearn: {fn}: unexpected keyword argument {name!r}")
+    h = _f32(h, fn, "h")
+    weight = _f32(weight, fn, "weight")
+    if h.ndim != 2 or weight.ndim != 2:
+        raise ValueError(f"mojolearn: {fn}: h must be (rows, width) and weight (V, width); got "
+                         f"{h.shape} and {weight.shape}")
+    rows, width = h.shape
+    v = weight.shape[0]
+    if weight.shape[1] != width:
+        raise ValueError(f"mojolearn: {fn}: K mismatch: h has {width} features, weight "
+                         f"{weight.shape} has {weight.shape[1]} (T-44)")
+    if v < 2:
+        raise ValueError(f"mojolearn: {fn}: V = {v}: the chunked LM-head loss needs V >= 2 "
+                         f"classes (T-22, T-42)")
+    if rows < 1:
+        raise ValueError(f"mojolearn: {fn}: h has no rows: a mean over zero rows is refused "
+                         f"(T-20, T-42)")
+    if not isinstance(return_grad, bool):
+        raise TypeError(f"mojolearn: {fn}: return_grad must be a bool, got {return_grad!r}")
+    if not isinstance(targets, np.ndarray):
+        targets = np.asarray(targets)
+    if targets.dtype == np.bool_ or not np.issubdtype(targets.dtype, np.integer):
+        raise TypeError(f"mojolearn: {fn}: targets has dtype {targets.dtype}; only integer class "
+                        f"indices are supported (T-42: soft targets are refused)")
+    if targets.shape != (rows,):
+        raise ValueError(f"mojolearn: {fn}: targets {targets.shape} must be (rows,) = ({rows},) "
+                         f"class indices (T-42: soft targets are refused)")
+    if targets.dtype.kind == "u" and int(targets.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"mojolearn: {fn}: targets hold a class outside [0, {v}) (T-42)")
+    t64 = np.ascontiguousarray(targets, dtype=np.int64)
+    bad = (t64 < 0) | (t64 >= v)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"mojolearn: {fn}: target {int(t64[i])} at row {i} is not a class in "
+                         f"range [0, {v}) (T-42: no ignore_index here, never clamped)")
+    _training_profile(fn)
+    _finite(h, fn, "h")
+    _finite(weight, fn, "weight")
+    loss, dh, dw = K.lm_head(h, weight, t64, return_grad)
+    return (loss, dh, dw) if return_grad else loss
 
 
 # ---------------------------------------------------------------------------- clipping
