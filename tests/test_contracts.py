@@ -11,7 +11,7 @@ LOWBIT = ROOT / "contracts" / "gemm" / "IDENTICAL_LOWBIT_CONTRACT.md"
 OPS = ROOT / "contracts" / "ops" / "IDENTICAL_NN_CONTRACT.md"
 OPS_TESTS = ["test_models.py", "test_nn_elementary.py"]
 SSM = ROOT / "contracts" / "ops" / "IDENTICAL_SSM_CONTRACT.md"
-SSM_TESTS = ["test_models_mamba.py"]
+SSM_TESTS = ["test_models_mamba.py", "test_gpu_ssm.py"]
 ARITH = ROOT / "mojo" / "arith"
 KERNEL_TESTS = ["test_convert.py", "test_gemm_fp32.py", "test_gemm_bf16.py",
                 "test_gemm_int.py", "test_identity.py", "test_errors.py"]
