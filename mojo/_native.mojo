@@ -34,6 +34,7 @@ from transformer.gpu.cpu_run import register_nn_gpu_reference
 from transformer.gpu.model_cpu_run import register_model_gpu_reference
 from gemm.gpu.cpu_run import register_gemm_gpu_reference
 from convert.gpu.cpu_run import register_convert_gpu_reference
+from ssm.gpu.cpu_run import register_ssm_gpu_reference
 from common.cpu import build_isa, request_amx_permission
 
 
@@ -396,6 +397,7 @@ def PyInit__native() abi("C") -> PythonObject:
         register_model_gpu_reference(m)
         register_gemm_gpu_reference(m)
         register_convert_gpu_reference(m)
+        register_ssm_gpu_reference(m)
         return m.finalize()
     except e:
         abort(String("mojolearn._native: module init failed: ", e))

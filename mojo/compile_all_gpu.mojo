@@ -51,6 +51,16 @@ from transformer.gpu.kernels import (
     attention_kernel,
 )
 from transformer.gpu.model_kernels import gather_kernel, kv_append_kernel, sample_kernel, argmax_kernel
+from ssm.gpu.kernels import (
+    ssm_norm_lanes_kernel,
+    ssm_conv_kernel,
+    ssm_softplus_kernel,
+    ssm_neg_exp_kernel,
+    mamba1_scan_kernel,
+    ssd_gram_kernel,
+    ssd_unit_kernel,
+    ssd_store_open_kernel,
+)
 
 comptime F32 = DType.float32
 comptime BF = DType.uint16
@@ -163,6 +173,15 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[kv_append_kernel, tgt]("kv_append", kind, t)
     _one[sample_kernel, tgt]("sample", kind, t)
     _one[argmax_kernel, tgt]("argmax", kind, t)
+    # the state-space ops (contracts/ops/IDENTICAL_SSM_CONTRACT.md; not launched yet)
+    _one[ssm_norm_lanes_kernel, tgt]("ssm_norm_lanes", kind, t)
+    _one[ssm_conv_kernel, tgt]("ssm_conv", kind, t)
+    _one[ssm_softplus_kernel, tgt]("ssm_softplus", kind, t)
+    _one[ssm_neg_exp_kernel, tgt]("ssm_neg_exp", kind, t)
+    _one[mamba1_scan_kernel, tgt]("mamba1_scan", kind, t)
+    _one[ssd_gram_kernel, tgt]("ssd_gram", kind, t)
+    _one[ssd_unit_kernel, tgt]("ssd_unit", kind, t)
+    _one[ssd_store_open_kernel, tgt]("ssd_store_open", kind, t)
     if String(tgt) == "apple-m3":
         t.notes.append(
             "sample: M-32 sums in float64, which Metal lacks; the Apple build of the kernel"

@@ -1,0 +1,1 @@
+"""GPU backend of the state-space ops: per-thread bodies, kernels, their CPU run."""
