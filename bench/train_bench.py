@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 _PEAK = r"""
-import json, resource, sys, numpy as np
+import json, sys, numpy as np
 side, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ids = (np.arange(n, dtype=np.int64)[None, :] * 7919) % 49152
 if side == "mojolearn":
@@ -37,7 +37,8 @@ else:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
-print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+# VmHWM: this process's own peak (ru_maxrss keeps the parent's peak across fork + exec)
+print(json.dumps([int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0] / 1024))
 """
 
 

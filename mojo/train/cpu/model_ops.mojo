@@ -114,7 +114,7 @@ def fold_div(x: F32Ptr, n: Int, d: Float32) -> Float32:
         if nl % 2 == 1:
             parts[half] = parts[nl - 1]
         nl = half + nl % 2
-    return ftz(F1(parts[0]) / F1(d))[0]
+    return ftz(F1(parts[0]) / ftz(F1(d)))[0]  # d read flushed: this runs outside run_tasks
 
 
 def rmsnorm_terms_rows(dy: F32Ptr, x: F32Ptr, d: Int, eps: Float32, dst: F32Ptr, r0: Int, r1: Int):
