@@ -46,6 +46,8 @@ def test_rms_norm_backward_body(rows, d):
     dy = _rand(rng, (rows, d))
     w = _rand(rng, (d,), 0.3) + np.float32(1)
     w[0] = -0.0
+    if rows > 2:
+        x[1, 0] = 3e38  # the sum of squares overflows: rstd +0, inf * 0 in dx (NaN where both give NaN)
     for eps in (1e-5, 0.0):
         eb = K.f32_bits(eps)
         dx, dw = np.empty_like(x), np.empty((d,), np.float32)
@@ -125,6 +127,7 @@ def test_cross_entropy_body(V, smoothing):
     x[2, : min(V, 3)] = 5.0  # ties at the maximum
     if V > 1:
         x[3, 0], x[3, 1] = SUB, -SUB
+        x[5, 0], x[5, -1] = 3e38, -3e38  # sub(x, m) overflows to -inf: e = +0
     t = rng.integers(0, V, size=n).astype(np.int64)
     t[4] = -100  # ignored
     count = int((t != -100).sum())
@@ -210,6 +213,7 @@ def test_adam_body(decoupled, wd, maximize):
     sizes = [1, 37, 300]
     p0 = _tensors(rng, sizes, 1.0)
     gs = [_tensors(rng, sizes, 1e-2) for _ in range(3)]
+    gs[1][2][:3] = [1e20, -1e20, 3e38]  # mul(g, g) overflows: v = inf, den = inf, q = 0
     ntot = sum(sizes)
     m0 = _rand(rng, (ntot,), 1e-3)
     v0 = np.abs(_rand(rng, (ntot,), 1e-4))
