@@ -32,6 +32,7 @@ from train.cpu.entry import register_train
 from train.cpu.model_entry import register_train_model
 from transformer.gpu.cpu_run import register_nn_gpu_reference
 from transformer.gpu.model_cpu_run import register_model_gpu_reference
+from train.gpu.cpu_run import register_train_gpu_reference
 from gemm.gpu.cpu_run import register_gemm_gpu_reference
 from convert.gpu.cpu_run import register_convert_gpu_reference
 from ssm.gpu.cpu_run import register_ssm_gpu_reference
@@ -395,6 +396,7 @@ def PyInit__native() abi("C") -> PythonObject:
         register_train_model(m)
         register_nn_gpu_reference(m)
         register_model_gpu_reference(m)
+        register_train_gpu_reference(m)
         register_gemm_gpu_reference(m)
         register_convert_gpu_reference(m)
         register_ssm_gpu_reference(m)

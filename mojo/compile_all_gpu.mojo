@@ -61,6 +61,26 @@ from ssm.gpu.kernels import (
     ssd_unit_kernel,
     ssd_store_open_kernel,
 )
+from train.gpu.kernels import (
+    rms_rows_kernel,
+    rms_dw_kernel,
+    fold_rows_kernel,
+    rmsnorm_terms_kernel,
+    embedding_bwd_kernel,
+    ce_row_kernel,
+    ce_grad_kernel,
+    clip_leaf_kernel,
+    clip_norm_kernel,
+    clip_scale_kernel,
+    tree_sum_kernel,
+    adam_kernel,
+    sgd_kernel,
+    softmax_bwd_c_kernel,
+    softmax_bwd_kernel,
+    silu_mul_bwd_kernel,
+    attn_probs_kernel,
+    fold_div_kernel,
+)
 
 comptime F32 = DType.float32
 comptime BF = DType.uint16
@@ -182,6 +202,25 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[ssd_gram_kernel, tgt]("ssd_gram", kind, t)
     _one[ssd_unit_kernel, tgt]("ssd_unit", kind, t)
     _one[ssd_store_open_kernel, tgt]("ssd_store_open", kind, t)
+    # the training ops (train/gpu/kernels.mojo, contracts/ops/IDENTICAL_TRAIN_CONTRACT.md)
+    _one[rms_rows_kernel, tgt]("train_rms_rows", kind, t)
+    _one[rms_dw_kernel, tgt]("train_rms_dw", kind, t)
+    _one[fold_rows_kernel, tgt]("train_fold_rows", kind, t)
+    _one[rmsnorm_terms_kernel, tgt]("train_rmsnorm_terms", kind, t)
+    _one[embedding_bwd_kernel, tgt]("train_embedding_bwd", kind, t)
+    _one[ce_row_kernel, tgt]("train_ce_row", kind, t)
+    _one[ce_grad_kernel, tgt]("train_ce_grad", kind, t)
+    _one[clip_leaf_kernel, tgt]("train_clip_leaf", kind, t)
+    _one[clip_norm_kernel, tgt]("train_clip_norm", kind, t)
+    _one[clip_scale_kernel, tgt]("train_clip_scale", kind, t)
+    _one[tree_sum_kernel, tgt]("train_tree_sum", kind, t)
+    _one[adam_kernel, tgt]("train_adam", kind, t)
+    _one[sgd_kernel, tgt]("train_sgd", kind, t)
+    _one[softmax_bwd_c_kernel, tgt]("train_softmax_bwd_c", kind, t)
+    _one[softmax_bwd_kernel, tgt]("train_softmax_bwd", kind, t)
+    _one[silu_mul_bwd_kernel, tgt]("train_silu_mul_bwd", kind, t)
+    _one[attn_probs_kernel, tgt]("train_attn_probs", kind, t)
+    _one[fold_div_kernel, tgt]("train_fold_div", kind, t)
     if String(tgt) == "apple-m3":
         t.notes.append(
             "sample: M-32 sums in float64, which Metal lacks; the Apple build of the kernel"

@@ -111,20 +111,19 @@ def attention_scale(head_dim: Int) -> Float32:
     return ftz(F1(1) / sqrt_rn_pos(F1(Float32(head_dim))))[0]
 
 
-def attention_thread(
-    q: F32Ptr, ldq: Int, kt: F32Ptr, v: F32Ptr, dst: F32Ptr, s: F32Ptr, length: Int,
-    n_heads: Int, n_kv: Int, head_dim: Int, pos0: Int, tmax: Int, fixed15: Bool,
-    scale_in: Float32, b: Int, h: Int, i: Int,
+def attention_weights(
+    q: F32Ptr, ldq: Int, kt: F32Ptr, s: F32Ptr, length: Int, n_heads: Int, n_kv: Int,
+    head_dim: Int, pos0: Int, tmax: Int, fixed15: Bool, scale_in: Float32, b: Int, h: Int, i: Int,
 ):
-    """M-6, M-11 .. M-15, M-21, M-23, M-24: query i of head h in batch b, every key
-    computed (s: this thread's scratch row of pos0 + length floats; scale_in:
-    attention_scale(head_dim))."""
+    """M-6, M-11 .. M-14, M-21, M-23, M-24: the attention weights of query i of head h in
+    batch b over every key, into s[0 .. pos0 + length) (scale_in: attention_scale(head_dim)).
+    The forward's attention_thread multiplies them by V; the training backward (T-47,
+    train/gpu/threads.mojo) stores them."""
     var hd = head_dim
     var nkeys = pos0 + length
     var p = pos0 + i
     var g = h // (n_heads // n_kv)
     var kb = kt.unsafe_offset((b * n_kv + g) * hd * tmax)
-    var vb = v.unsafe_offset((b * n_kv + g) * tmax * hd)
     var qr = q.unsafe_offset((b * length + i) * ldq + h * hd)
     var scale = F1(scale_in)
     var qe = _exp15_strided(qr, hd, 1)
@@ -175,6 +174,22 @@ def attention_thread(
         den = ftz(den + e)
     for j in range(nkeys):
         s.unsafe_store(j, ftz(F1(s.unsafe_load(j)) / den)[0])
+
+
+def attention_thread(
+    q: F32Ptr, ldq: Int, kt: F32Ptr, v: F32Ptr, dst: F32Ptr, s: F32Ptr, length: Int,
+    n_heads: Int, n_kv: Int, head_dim: Int, pos0: Int, tmax: Int, fixed15: Bool,
+    scale_in: Float32, b: Int, h: Int, i: Int,
+):
+    """M-6, M-11 .. M-15, M-21, M-23, M-24: query i of head h in batch b, every key
+    computed (s: this thread's scratch row of pos0 + length floats; scale_in:
+    attention_scale(head_dim)): attention_weights, then P.V."""
+    var hd = head_dim
+    var nkeys = pos0 + length
+    var g = h // (n_heads // n_kv)
+    var vb = v.unsafe_offset((b * n_kv + g) * tmax * hd)
+    attention_weights(q, ldq, kt, s, length, n_heads, n_kv, head_dim, pos0, tmax, fixed15,
+                      scale_in, b, h, i)
     var orow = dst.unsafe_offset((b * length + i) * n_heads * hd + h * hd)
     for c in range(hd):
         var acc = F1(0)

@@ -1,0 +1,2 @@
+"""GPU kernels of the training ops: thread bodies (threads.mojo), device kernels
+(kernels.mojo) and the CPU run of the bodies for the tests (cpu_run.mojo)."""
