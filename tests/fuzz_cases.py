@@ -17,7 +17,7 @@ is reproducible from ``(entry, seed)``) and a scratch directory, and returns a
 ADDING AN ENTRY: write ``def gen_x(rng, tmp) -> Case`` below and add
 ``("area.x", gen_x)`` to ``ENTRIES``; the runner and the tests pick it up from
 the table (tests/test_fuzz.py checks that every public entry of linalg, lowbit,
-checkpoint and mojolearn.models has one).
+checkpoint, mojolearn.models and mojolearn.training has one).
 """
 from __future__ import annotations
 
@@ -2750,6 +2750,1093 @@ def gen_models_parallel(rng, tmp):
                 lambda r: _same_logits(r, ref().forward(ids), "parallel vs CausalLM"))
 
 
+
+# ---------------------------------------------------------------- mojolearn.training
+# The training face (python/mojolearn/training.py) under fp32_v1. Valid calls on small
+# shapes give the bits of the independent oracle tests/training_oracle.py (the trainer:
+# the model oracle's logits through the oracle's cross entropy, and the bits of a fresh
+# trainer for splits, saves and resumes). Bad calls (wrong dtypes, ranks and shapes,
+# NaN/inf, strided or read-only arrays written in place, out-of-range ids and targets,
+# torch-only keywords, misaligned splits, bad schedules) are refused by name, and then
+# (the case's ``after``) whatever the call was handed is as it was.
+
+
+def _tr_vals(rng, shape, scale=1.0, edges=0.1):
+    """Finite float32 values of varied magnitude, some -0, +0 and subnormals (flushed)."""
+    x = rng.standard_normal(shape) * scale * np.exp2(rng.integers(-3, 4, shape))
+    x = np.asarray(x, dtype=F32)
+    if edges and x.size:
+        mask = rng.random(shape) < edges
+        sub = np.array([0x00000123], np.uint32).view(F32)[0]
+        x[mask] = rng.choice(np.array([0.0, -0.0, sub, -sub, 1.0, -1.0], F32), int(mask.sum()))
+    return np.asarray(x, dtype=F32)
+
+
+def _tr_same(got, want, what):
+    from tests.bits import assert_same_bits
+
+    got = np.asarray(got)
+    assert got.dtype == F32, f"{what}: got dtype {got.dtype}"
+    assert_same_bits(got, np.asarray(want, dtype=F32), what)
+
+
+def _tr_scalar(got, want, what):
+    g = np.asarray(got)
+    assert g.dtype in (np.float32, np.float64) and g.size == 1, f"{what}: got {got!r}"
+    if g.dtype == np.float64:
+        assert float(np.float32(g)) == float(g) or np.isnan(g), f"{what}: not a float32 value"
+    _tr_same(np.asarray(g, F32).reshape(()), np.asarray(want, F32).reshape(()), what)
+
+
+def _tr_unchanged(arrays, what):
+    """An ``after`` check: the arrays (a list) still hold the bits they held now."""
+    keep = [np.array(a, copy=True) for a in arrays]
+
+    def after():
+        for j, (a, k) in enumerate(zip(arrays, keep)):
+            a = np.asarray(a)
+            assert a.dtype == k.dtype and a.shape == k.shape and a.tobytes() == k.tobytes(), \
+                f"{what}[{j}] changed by the call"
+    return after
+
+
+def _tr_hostile(rng, x, name, fn, shapes=True):
+    """A hostile stand-in for the float32 input ``x`` called ``name``: (object, label,
+    names the refusal must use). ``shapes``: also a wrong rank or shape (named by
+    ``fn``); off where another shape is a valid input."""
+    k = int(rng.integers(0, 6 if shapes else 4))
+    if k == 0:
+        d = np.dtype(_pick(rng, [np.float64, np.float16, np.int32, np.int64, np.bool_,
+                                 np.uint8, ">f4", np.complex64]))
+        with np.errstate(all="ignore"):
+            return x.astype(d), f"{name} {d}", (f"{name} has dtype {d}",)
+    if k == 1:
+        v = _pick(rng, [x.tolist(), None, 3.0, "x", memoryview(np.ascontiguousarray(x))])
+        return v, f"{name} as {type(v).__name__}", (f"{name} must be a float32 numpy array",)
+    if k in (2, 3) and x.size:
+        y = x.copy()
+        i = int(rng.integers(0, y.size))
+        v = F32(_pick(rng, [np.nan, np.inf, -np.inf]))
+        y.reshape(-1)[i] = v
+        return y, f"{name} {v} at {i}", (f"{name} holds a non-finite value ({v}) at flat "
+                                          f"index {i}",)
+    if k in (2, 3):  # empty: a wrong dtype instead
+        return x.astype(np.float64), f"{name} float64", (f"{name} has dtype float64",)
+    # a wrong rank or shape (a trailing axis of 1 only where the last dim is not 1)
+    opts = [np.asarray(x.reshape(-1)[0] if x.size else F32(0), dtype=F32).reshape(()),
+            np.concatenate([x, x[..., :1]], axis=-1)]
+    if x.shape[-1] != 1:
+        opts.append(x[..., None])
+    y = _pick(rng, opts)
+    return y, f"{name} shape {y.shape}", (fn,)
+
+
+def _tr_dims(rng, lo=1, hi=7):
+    return int(rng.integers(lo, hi)) if rng.random() > 0.1 else int(rng.integers(hi, 140))
+
+
+def gen_training_primitives(rng, tmp):
+    """linear, RMSNorm, embedding forward/backward, cross entropy, the chunked LM head,
+    bias_backward, clip_grad_norm_, accumulate_grads, aligned_split and splits_that_work:
+    the oracle's bits on valid calls (inputs in any layout: strided and read-only inputs
+    are read, never written); hostile arrays, ids, targets and keywords refused by name
+    with nothing written."""
+    from mojolearn import training as T
+    from tests import training_oracle as TO
+
+    op = _pick(rng, ["linear_forward", "linear_backward", "rms_norm_forward",
+                     "rms_norm_backward", "embedding_forward", "embedding_backward",
+                     "cross_entropy", "chunked_lm_head_loss", "bias_backward",
+                     "clip_grad_norm_", "accumulate_grads", "aligned_split"])
+    fault = rng.random() < 0.55
+    fn = getattr(T, op)
+
+    def view(x):  # an accepted input layout (never written): strided, F, read-only
+        k = int(rng.integers(0, 5))
+        if k == 1 and x.ndim:
+            big = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), F32)
+            big[..., ::2] = x
+            return big[..., ::2]
+        if k == 2:
+            return np.asfortranarray(x)
+        if k == 3:
+            y = x.copy()
+            y.setflags(write=False)
+            return y
+        return x.copy()
+
+    def case(label, args, kw, want_fn, check_fn, names=(), expect=None, inputs=()):
+        exp = expect or ("error" if names else "ok")
+        inputs = [a for a in list(args) + list(kw.values()) if isinstance(a, np.ndarray)] \
+            if not inputs else inputs
+        after = _tr_unchanged(inputs, f"{op} inputs")
+        return Case(f"training.{op} {label}", lambda: fn(*args, **kw), exp,
+                    None if exp != "ok" else (lambda r: check_fn(r, want_fn())), names,
+                    after=after)
+
+    def bad_arg(args, names_, shape_msg, shapes=True):
+        j = int(rng.integers(0, len(args)))
+        obj, lab, nm = _tr_hostile(rng, args[j], names_[j], shape_msg, shapes)
+        out = list(args)
+        out[j] = obj
+        return out, lab, nm
+
+    if op in ("linear_forward", "linear_backward"):
+        lead = (_tr_dims(rng),) if rng.random() < 0.7 else (_tr_dims(rng, 1, 3), _tr_dims(rng, 1, 4))
+        K_, N = _tr_dims(rng), _tr_dims(rng)
+        a, w = _tr_vals(rng, lead + (K_,)), _tr_vals(rng, (N, K_))
+        if op == "linear_forward":
+            args, nm = [a, w], ["a", "weight"]
+            want = lambda: TO.linear_forward(a, w)  # noqa: E731
+            chk = lambda r, e: _tr_same(r, e, "linear_forward vs oracle")  # noqa: E731
+        else:
+            dc = _tr_vals(rng, lead + (N,))
+            args, nm = [dc, a, w], ["dc", "a", "weight"]
+            want = lambda: TO.linear_backward(dc, a, w)  # noqa: E731
+
+            def chk(r, e):
+                _tr_same(r[0], e[0], "da vs oracle")
+                _tr_same(r[1], e[1], "dweight vs oracle")
+        label = f"{lead}x{K_} -> {N}"
+        if not fault:
+            return case(label, [view(x) for x in args], {}, want, chk)
+        bad, lab, names = bad_arg(args, nm, "mismatch")
+        if " shape (" in lab:
+            names = ("mismatch", "must be")
+        return case(f"{label} {lab}", bad, {}, want, chk, names)
+
+    if op in ("rms_norm_forward", "rms_norm_backward"):
+        lead = (_tr_dims(rng),) if rng.random() < 0.7 else ()
+        d = _tr_dims(rng)
+        x, w = _tr_vals(rng, lead + (d,)), _tr_vals(rng, (d,))
+        eps = _pick(rng, [1e-5, 1e-6, 0.0, 0.5, np.float32(1e-5), 1])
+        if op == "rms_norm_forward":
+            args, nm = [x, w], ["x", "weight"]
+            want = lambda: TO.rms_norm_forward(x, w, eps)  # noqa: E731
+            chk = lambda r, e: _tr_same(r, e, "rms_norm_forward vs oracle")  # noqa: E731
+        else:
+            dy = _tr_vals(rng, lead + (d,))
+            args, nm = [dy, x, w], ["dy", "x", "weight"]
+            want = lambda: TO.rms_norm_backward(dy, x, w, eps)  # noqa: E731
+
+            def chk(r, e):
+                _tr_same(r[0], e[0], "dx vs oracle")
+                _tr_same(r[1], e[1], "dweight vs oracle")
+        label = f"{lead}x{d} eps={eps!r}"
+        if not fault:
+            return case(label, [view(a) for a in args] + [eps], {}, want, chk)
+        if rng.random() < 0.3:
+            e = _pick(rng, [-1e-5, float("nan"), float("inf"), "1e-5", None, True])
+            nms = ("eps",)
+            return case(f"{label} eps={e!r}", list(args) + [e], {}, want, chk, nms)
+        bad, lab, names = bad_arg(args, nm, "must")
+        return case(f"{label} {lab}", bad + [eps], {}, want, chk, names)
+
+    if op in ("embedding_forward", "embedding_backward"):
+        V, d = int(rng.integers(1, 12)), _tr_dims(rng, 1, 6)
+        # (0-d ids: the oracle answers (1, d), the API (d,); not compared)
+        shape = _pick(rng, [(int(rng.integers(0, 7)),),
+                            (int(rng.integers(1, 3)), int(rng.integers(1, 5)))])
+        ids = rng.integers(0, V, size=shape)
+        ids_in = ids.astype(_pick(rng, [np.int64, np.int32, np.uint8, np.int16])) \
+            if rng.random() < 0.7 or not ids.size else ids.tolist()  # ([] reads as float64)
+        if op == "embedding_forward":
+            weight = _tr_vals(rng, (V, d))
+            want = lambda: TO.embedding_forward(weight, ids)  # noqa: E731
+            chk = lambda r, e: _tr_same(r, e, "embedding_forward vs oracle")  # noqa: E731
+            args = [weight, ids_in]
+        else:
+            dy = _tr_vals(rng, shape + (d,))
+            want = lambda: TO.embedding_backward(dy, ids, V)  # noqa: E731
+            chk = lambda r, e: _tr_same(r, e, "embedding_backward vs oracle")  # noqa: E731
+            args = [dy, ids_in, V]
+        label = f"V={V} d={d} ids {shape}"
+        if not fault:
+            args[0] = view(args[0])
+            return case(label, args, {}, want, chk)
+        k = int(rng.integers(0, 4)) if ids.size else 0
+        if k == 0:
+            bad, lab, names = bad_arg(args[:1], ["weight" if op == "embedding_forward" else "dy"],
+                                      "must", shapes=False)
+            return case(f"{label} {lab}", bad + args[1:], {}, want, chk, names)
+        flat = ids.reshape(-1).copy()
+        i = int(rng.integers(0, flat.size))
+        if k == 1:
+            v = _pick(rng, [V, V + 3, -1, -7])
+            flat[i] = v
+            return case(f"{label} id {v} at {i}", [args[0], flat.reshape(shape)] + args[2:], {},
+                        want, chk, (f"holds the id {v} at flat index",))
+        if k == 2:
+            d_ = np.dtype(_pick(rng, [np.float32, np.float64, np.bool_]))
+            return case(f"{label} ids {d_}", [args[0], ids.astype(d_)] + args[2:], {}, want, chk,
+                        (f"ids has dtype {d_}",))
+        if op == "embedding_backward":
+            v = _pick(rng, [0, -1, True, 2.0, "5", None])
+            return case(f"{label} vocab={v!r}", args[:2] + [v], {}, want, chk, ("vocab",))
+        u = ids.astype(np.uint64)
+        u.reshape(-1)[i] = np.uint64(2 ** 63 + 5)
+        return case(f"{label} uint64 past int64", [args[0], u], {}, want, chk,
+                    ("holds an id outside",))
+
+    if op == "cross_entropy":
+        N, V = _tr_dims(rng, 1, 6), _tr_dims(rng, 1, 9)
+        logits = _tr_vals(rng, (N, V), scale=2.0)
+        tg = rng.integers(0, V, size=N)
+        ign = _pick(rng, [-100, -100, V + 1, 0])
+        drop = rng.random(N) < 0.3
+        tg[drop] = ign
+        red = _pick(rng, ["mean", "sum", "none"])
+        if red == "mean" and not (tg != ign).any():
+            tg[0] = V - 1 if ign != V - 1 else 0
+            if tg[0] == ign:
+                red = "sum"
+        kw = dict(ignore_index=ign, reduction=red,
+                  label_smoothing=_pick(rng, [0.0, 0.0, 0.1, 0.5, 0.9]),
+                  num_items=_pick(rng, [None, None, 3, 0]) if red == "sum" else None,
+                  return_grad=bool(rng.random() < 0.5) and red != "none")
+        want = lambda: TO.cross_entropy(logits, tg, **kw)  # noqa: E731
+
+        def chk(r, e):
+            if kw["return_grad"]:
+                _tr_scalar(r[0], e[0], "loss vs oracle")
+                _tr_same(r[1], e[1], "grad vs oracle")
+            elif red == "none":
+                _tr_same(r, e, "row losses vs oracle")
+            else:
+                _tr_scalar(r, e, "loss vs oracle")
+        label = f"{N}x{V} {kw}"
+        if not fault:
+            return case(label, [view(logits), tg.astype(_pick(rng, [np.int64, np.int32, np.int8]))],
+                        kw, want, chk)
+        k = int(rng.integers(0, 7))
+        if k == 0:
+            bad, lab, names = bad_arg([logits], ["logits"], "logits", shapes=False)
+            return case(f"{label} {lab}", bad + [tg], kw, want, chk, names)
+        if k == 1:
+            t2 = tg.copy()
+            i = int(rng.integers(0, N))
+            v = _pick(rng, [V, V + 5, -1, -3])
+            t2[i] = v
+            if v == ign:
+                v = t2[i] = V + 7
+            return case(f"{label} target {v} at {i}", [logits, t2], kw, want, chk,
+                        (f"target {v} at row", "zero counted rows"))
+        if k == 2:
+            t2 = _pick(rng, [tg.astype(np.float32), tg.astype(bool), logits.copy()])
+            return case(f"{label} targets {t2.dtype} {t2.shape}", [logits, t2], kw, want, chk,
+                        ("targets",))
+        if k == 3:
+            name = _pick(rng, ["weight", "size_average", "reduce", "pos_weight", "foreach"])
+            kw2 = dict(kw, **{name: _pick(rng, [None, np.ones(V, F32), True])})
+            return case(f"{label} {name}=", [logits, tg], kw2, want, chk, (f"{name}=", repr(name)))
+        if k == 4:
+            key, v, nms = _pick(rng, [("reduction", "avg", ("reduction",)),
+                                      ("reduction", None, ("reduction",)),
+                                      ("label_smoothing", 1.0, ("label_smoothing",)),
+                                      ("label_smoothing", -0.1, ("label_smoothing",)),
+                                      ("label_smoothing", float("nan"), ("label_smoothing",)),
+                                      ("label_smoothing", "0.1", ("label_smoothing",)),
+                                      ("ignore_index", 1.5, ("ignore_index",)),
+                                      ("ignore_index", True, ("ignore_index",)),
+                                      ("num_items", 2.0, ("num_items",)),
+                                      ("num_items", True, ("num_items",))])
+            if key == "num_items" and red != "sum":
+                return case(f"{label} return_grad with none", [logits, tg],
+                            dict(kw, reduction="none", return_grad=True), want, chk,
+                            ("reduction='none'",))
+            return case(f"{label} {key}={v!r}", [logits, tg], dict(kw, **{key: v}), want, chk, nms)
+        if k == 5:
+            return case(f"{label} all ignored, mean", [logits, np.full(N, ign)],
+                        dict(kw, reduction="mean"), want, chk, ("zero counted rows",))
+        return case(f"{label} targets {N + 1} rows", [logits, rng.integers(0, V, N + 1)], kw,
+                    want, chk, ("targets",))
+
+    if op == "chunked_lm_head_loss":
+        R, W, V = _tr_dims(rng, 1, 6), _tr_dims(rng, 1, 6), int(rng.integers(2, 9))
+        h, w = _tr_vals(rng, (R, W)), _tr_vals(rng, (V, W))
+        tg = rng.integers(0, V, size=R)
+        rg = bool(rng.random() < 0.5)
+        want = lambda: TO.chunked_lm_head_loss(h, w, tg, return_grad=rg)  # noqa: E731
+
+        def chk(r, e):
+            if rg:
+                _tr_scalar(r[0], e[0], "loss vs oracle")
+                _tr_same(r[1], e[1], "dh vs oracle")
+                _tr_same(r[2], e[2], "dweight vs oracle")
+            else:
+                _tr_scalar(r, e, "loss vs oracle")
+        label = f"{R}x{W} V={V} grad={rg}"
+        if not fault:
+            return case(label, [view(h), view(w), tg.astype(_pick(rng, [np.int64, np.uint8]))],
+                        {"return_grad": rg}, want, chk)
+        k = int(rng.integers(0, 6))
+        if k == 0:
+            bad, lab, names = bad_arg([h, w], ["h", "weight"], "must be")
+            if " shape (" in lab:
+                names = ("must be", "mismatch")
+            return case(f"{label} {lab}", bad + [tg], {"return_grad": rg}, want, chk, names)
+        if k == 1:
+            t2 = tg.copy()
+            i = int(rng.integers(0, R))
+            v = _pick(rng, [V, -1, -100])
+            t2[i] = v
+            return case(f"{label} target {v}", [h, w, t2], {}, want, chk, (f"target {v} at row",))
+        if k == 2:
+            # (weight= is not fuzzed: here it names the head matrix, a positional parameter)
+            name = _pick(rng, ["ignore_index", "label_smoothing", "reduction",
+                               "num_items", "foreach"])
+            return case(f"{label} {name}=", [h, w, tg], {name: 0}, want, chk,
+                        (f"{name}=", repr(name)))
+        if k == 3:
+            return case(f"{label} V=1", [h, w[:1], np.zeros(R, np.int64)], {}, want, chk,
+                        ("V >= 2",))
+        if k == 4:
+            return case(f"{label} return_grad=1", [h, w, tg], {"return_grad": 1}, want, chk,
+                        ("return_grad",))
+        t2 = _pick(rng, [tg.astype(np.float64), tg[:-1] if R > 1 else tg[:0], tg.astype(bool)])
+        return case(f"{label} targets {t2.dtype} {t2.shape}", [h, w, t2], {}, want, chk,
+                    ("targets",))
+
+    if op == "bias_backward":
+        shape = _pick(rng, [(_tr_dims(rng),), (_tr_dims(rng), _tr_dims(rng)),
+                            (2, _tr_dims(rng, 1, 4), _tr_dims(rng))])
+        dy = _tr_vals(rng, shape)
+        want = lambda: TO.bias_backward(dy.reshape(-1, shape[-1]))  # noqa: E731
+        chk = lambda r, e: _tr_same(r, e, "bias_backward vs oracle")  # noqa: E731
+        if not fault:
+            return case(f"{shape}", [view(dy)], {}, want, chk)
+        if rng.random() < 0.15:
+            return case(f"{shape} 0-d", [np.array(dy.reshape(-1)[0], F32).reshape(())], {}, want,
+                        chk, ("0-d",))
+        bad, lab, names = bad_arg([dy], ["dy"], "dy", shapes=False)
+        return case(f"{shape} {lab}", bad, {}, want, chk, names)
+
+    if op == "clip_grad_norm_":
+        n = int(rng.integers(1, 4))
+        grads = [_tr_vals(rng, (_tr_dims(rng),) if rng.random() < 0.5 else
+                          (_tr_dims(rng, 1, 4), _tr_dims(rng, 1, 5)),
+                          scale=float(_pick(rng, [1e-3, 1.0, 100.0]))) for _ in range(n)]
+        orig = [g.copy() for g in grads]
+        mx = _pick(rng, [1.0, 0.5, 1e-3, 1e6, 2, np.float32(0.25)])
+        label = f"{n} grads {[g.shape for g in grads]} max_norm={mx!r}"
+        if not fault:
+            def chk(r, e):
+                _tr_scalar(r, e[0], "total vs oracle")
+                for j, (g, ge) in enumerate(zip(grads, e[1])):
+                    _tr_same(g, ge, f"clipped grads[{j}] vs oracle")
+            return case(label, [grads, mx], {}, lambda: TO.clip_grad_norm(orig, mx), chk,
+                        inputs=[np.zeros(1)])
+        k = int(rng.integers(0, 5))
+        j = int(rng.integers(0, n))
+        after_inputs = list(grads)
+        if k == 0:
+            obj, lab, names = _tr_hostile(rng, grads[j], f"grads[{j}]", "x", shapes=False)
+            if rng.random() < 0.3 and grads[j].size > 1:  # written in place: strided refused
+                # (a size-1 view is C-contiguous for numpy)
+                big = np.zeros(grads[j].shape + (2,), F32)
+                big[..., 0] = grads[j]
+                obj, lab, names = big[..., 0], f"grads[{j}] strided", (f"grads[{j}] is strided",)
+            gl = list(grads)
+            gl[j] = obj
+            return case(f"{label} {lab}", [gl, mx], {}, None, None, names, inputs=after_inputs)
+        if k == 1:
+            gl = list(grads)
+            ro = grads[j].copy()
+            ro.setflags(write=False)
+            gl[j] = ro
+            return case(f"{label} grads[{j}] read-only", [gl, mx], {}, None, None,
+                        (f"grads[{j}] is read-only",), inputs=after_inputs + [ro])
+        if k == 2:
+            v = _pick(rng, [0, -1.0, float("nan"), "1", None, True])
+            return case(f"{label} max_norm={v!r}", [grads, v], {}, None, None, ("max_norm",),
+                        inputs=after_inputs)
+        if k == 3:
+            key, v = _pick(rng, [("norm_type", 1.0), ("norm_type", float("inf")),
+                                 ("error_if_nonfinite", False), ("foreach", True),
+                                 ("fused", True)])
+            return case(f"{label} {key}={v!r}", [grads, mx], {key: v}, None, None,
+                        (key,), inputs=after_inputs)
+        big = [g.copy() for g in grads]  # finite, but the total overflows
+        big[j].reshape(-1)[0] = F32(3e38)
+        if big[j].size == 1 and n == 1:
+            big.append(np.full((2,), 3e38, F32))
+        else:
+            big[j].reshape(-1)[-1] = F32(-3e38) if big[j].size > 1 else big[j].reshape(-1)[-1]
+            big.append(np.full((2,), 3e38, F32))
+        return case(f"{label} total overflows", [big, mx], {}, None, None,
+                    ("not finite",), inputs=big)
+
+    if op == "accumulate_grads":
+        tokens = _pick(rng, [128, 256, 512, 1024, 2048])
+        ok = T.splits_that_work(tokens)
+        A = _pick(rng, ok)
+        shapes = [(_tr_dims(rng, 1, 5),) if rng.random() < 0.5 else
+                  (_tr_dims(rng, 1, 3), _tr_dims(rng, 1, 4)) for _ in range(int(rng.integers(1, 4)))]
+        mg = [[_tr_vals(rng, s) for s in shapes] for _ in range(A)]
+        label = f"tokens={tokens} A={A} shapes={shapes}"
+
+        def chk(r, e):
+            assert len(r) == len(e), f"{len(r)} arrays, want {len(e)}"
+            for j, (g, ge) in enumerate(zip(r, e)):
+                _tr_same(g, ge, f"accumulated[{j}] vs oracle")
+        want = lambda: TO.accumulate_grads(mg)  # noqa: E731
+        flat = [g for m in mg for g in m]
+        if not fault:
+            return case(label, [[list(m) for m in mg], tokens], {}, want, chk, inputs=flat)
+        k = int(rng.integers(0, 5))
+        if k == 0:  # not an aligned split: A not a power of two, or misaligned
+            bad_a = _pick(rng, [a for a in (2, 3, 4, 5, 6, 8, 16, 32) if a not in ok])
+            mg2 = [[_tr_vals(rng, s) for s in shapes] for _ in range(bad_a)]
+            return case(f"tokens={tokens} A={bad_a}", [mg2, tokens], {}, want, chk,
+                        ("micro-batches",), inputs=[g for m in mg2 for g in m])
+        if k == 1:
+            v = _pick(rng, [0, -128, True, 256.0, "256", None])
+            return case(f"{label} tokens={v!r}", [mg, v], {}, want, chk, ("tokens",), inputs=flat)
+        if k == 2:
+            i, j = int(rng.integers(0, A)), int(rng.integers(0, len(shapes)))
+            obj, lab, names = _tr_hostile(rng, mg[i][j], f"microbatch_grads[{i}][{j}]",
+                                          "microbatch_grads", shapes=A > 1 and i > 0)
+            mg2 = [[obj if (ii, jj) == (i, j) else g for jj, g in enumerate(m)]
+                   for ii, m in enumerate(mg)]
+            return case(f"{label} {lab}", [mg2, tokens], {}, want, chk, names, inputs=flat)
+        if k == 3:
+            v = _pick(rng, [[], np.zeros((2, 3), F32), "grads", None])
+            return case(f"{label} microbatch_grads {type(v).__name__}", [v, tokens], {}, want,
+                        chk, ("microbatch_grads",), inputs=flat)
+        if A == 1:
+            return case(f"{label} list of arrays", [mg[0], tokens], {}, want, chk,
+                        ("microbatch_grads",), inputs=flat)
+        mg2 = [list(m) for m in mg]
+        mg2[-1] = mg2[-1][:-1] if len(shapes) > 1 else [np.zeros(shapes[0] + (1,), F32)]
+        return case(f"{label} ragged", [mg2, tokens], {}, want, chk, ("microbatch_grads",),
+                    inputs=flat)
+
+    # aligned_split and splits_that_work: the oracle's predicate
+    tokens = int(_pick(rng, [1, 64, 127, 128, 129, 256, 300, 384, 512, 768, 1024, 4096,
+                             131072, 131200, 262144, int(rng.integers(1, 5000))]))
+    A = int(_pick(rng, [1, 2, 3, 4, 8, 16, 64, 0, -2]))
+    if rng.random() < 0.5:
+        want = [a for a in (2 ** i for i in range(20)) if a <= max(1, tokens)
+                and TO.aligned_split(tokens, a)]
+        return Case(f"training.splits_that_work({tokens})", lambda: T.splits_that_work(tokens),
+                    "ok", lambda r: _check_eq(list(r), want, "splits_that_work vs oracle"))
+    if rng.random() < 0.2:  # a count that is not an int: refused by name
+        bad = _pick(rng, ["x", 2.0, 256.0, True, None])
+        if rng.random() < 0.5:
+            return Case(f"training.splits_that_work({bad!r})", lambda: T.splits_that_work(bad),
+                        "error", None, ("tokens",))
+        return Case(f"training.aligned_split(256, {bad!r})", lambda: T.aligned_split(256, bad),
+                    "error", None, ("must be an int",))
+    want = bool(TO.aligned_split(tokens, A)) if A >= 1 else False
+    return Case(f"training.aligned_split({tokens}, {A})", lambda: T.aligned_split(tokens, A), "ok",
+                lambda r: _check_eq(r, want, "aligned_split vs oracle"))
+
+
+def _check_eq(got, want, what):
+    assert got == want and type(got) is type(want), f"{what}: got {got!r}, want {want!r}"
+
+
+_SCHEDS = ("ConstantLR", "WarmupLinearLR", "WarmupCosineLR")
+
+
+def _tr_schedule(rng, mod):
+    """(a schedule of ``mod`` (mojolearn.training or the oracle), its arguments)."""
+    kind = _pick(rng, _SCHEDS)
+    peak = float(_pick(rng, [0.1, 1e-3, 3e-4, 0.05, 1.0]))
+    W = int(rng.integers(0, 4))
+    if kind == "ConstantLR":
+        args = (peak, W)
+    else:
+        args = (peak, W, W + int(rng.integers(1, 8)), float(_pick(rng, [0.0, 1e-5, 0.01])))
+    return kind, args
+
+
+def gen_training_optimizers(rng, tmp):
+    """SGD, Adam, AdamW (step, step_accumulated, state_dict, load_state_dict) and the
+    schedules (lr_at, to_dict, from_dict, schedule_from_dict): a few steps give the
+    oracle's parameters bit for bit; a state_dict loaded into a new optimizer continues
+    with the same bits; hostile hyperparameters, torch-only keywords, gradients,
+    parameters and state dicts are refused by name with the parameters, gradients and
+    state untouched."""
+    from mojolearn import training as T
+    from tests import training_oracle as TO
+
+    kind = _pick(rng, ["SGD", "Adam", "AdamW"])
+    shapes = [(int(rng.integers(1, 6)),) if rng.random() < 0.5 else
+              (int(rng.integers(1, 4)), int(rng.integers(1, 5))) for _ in range(int(rng.integers(1, 4)))]
+    p0 = [_tr_vals(rng, s) for s in shapes]
+    if kind == "SGD":
+        mu = float(_pick(rng, [0.0, 0.9, 0.5]))
+        nest = bool(mu and rng.random() < 0.3)
+        kw = dict(lr=float(_pick(rng, [0.1, 1e-3, 0.5])), momentum=mu,
+                  dampening=0.0 if nest else float(_pick(rng, [0.0, 0.1])),
+                  weight_decay=float(_pick(rng, [0.0, 0.01])), nesterov=nest,
+                  maximize=bool(rng.random() < 0.2))
+    else:
+        kw = dict(lr=float(_pick(rng, [1e-3, 0.01, 0.1])),
+                  betas=_pick(rng, [(0.9, 0.999), (0.8, 0.99), (0.0, 0.5)]),
+                  # (eps 0 with a zero gradient: 0/0, a NaN parameter the next step refuses)
+                  eps=float(_pick(rng, [1e-8, 1e-6, 0.5])),
+                  weight_decay=float(_pick(rng, [0.0, 0.01, 0.1])),
+                  maximize=bool(rng.random() < 0.2))
+    sched = None
+    if rng.random() < 0.4:
+        sk, sargs = _tr_schedule(rng, T)
+        sched = (sk, sargs)
+    nsteps = int(rng.integers(1, 4))
+    grads = [[_tr_vals(rng, s) for s in shapes] for _ in range(nsteps + 1)]
+    max_norm = _pick(rng, [None, None, 1.0, 0.1])
+    label = f"training.{kind} {kw} sched={sched} shapes={shapes} steps={nsteps} max_norm={max_norm}"
+
+    def make(mod, params, **over):
+        s = None if sched is None else getattr(mod, sched[0])(*sched[1])
+        return getattr(mod, kind)(params, **dict(kw, lr_schedule=s, **over))
+
+    def oracle_after(n, steps=None):
+        o = make(TO, [p.copy() for p in p0])
+        for g in (steps or grads)[:n]:
+            ps, _ = o.step([x.copy() for x in g], max_norm)
+        return o, ps
+
+    what = int(rng.integers(0, 12))
+    if what == 0:  # straight steps vs the oracle
+        params = [p.copy() for p in p0]
+
+        def call():
+            opt = make(T, params)
+            for g in grads[:nsteps]:
+                opt.step([x.copy() for x in g], max_norm=max_norm)
+            return opt
+
+        def check(opt):
+            o, ps = oracle_after(nsteps)
+            for j, (p, q) in enumerate(zip(params, ps)):
+                _tr_same(p, q, f"params[{j}] after {nsteps} steps vs oracle")
+            assert opt.t == nsteps
+            sd, osd = opt.state_dict(), o.state_dict()
+            if kind != "SGD" or kw["momentum"]:
+                _tr_same(sd["exp_avg"], osd["exp_avg"], "exp_avg vs oracle")
+            if kind != "SGD":
+                _tr_same(sd["exp_avg_sq"], osd["exp_avg_sq"], "exp_avg_sq vs oracle")
+            np.testing.assert_array_equal(sd["buf_initialized"], osd["buf_initialized"])
+        return Case(label, call, "ok", check)
+    if what == 1:  # state_dict round trip: load into a fresh optimizer, then one step
+        params = [p.copy() for p in p0]
+
+        def call():
+            opt = make(T, params)
+            for g in grads[:nsteps]:
+                opt.step([x.copy() for x in g], max_norm=max_norm)
+            sd = opt.state_dict()
+            sd2 = dict(sd)
+            if rng_list:  # other accepted forms: t as a numpy int, moments 2-D
+                sd2.update(t=np.int64(sd["t"]), exp_avg=sd["exp_avg"].reshape(1, -1))
+            other = make(T, [p.copy() for p in params])
+            other.load_state_dict(sd2)
+            opt.step([x.copy() for x in grads[nsteps]], max_norm=max_norm)
+            other.step([x.copy() for x in grads[nsteps]], max_norm=max_norm)
+            return opt, other
+        rng_list = bool(rng.random() < 0.3)
+
+        def check(r):
+            opt, other = r
+            assert other.t == opt.t == nsteps + 1
+            for j, (p, q) in enumerate(zip(opt.params, other.params)):
+                _tr_same(q, p, f"params[{j}] after load_state_dict + a step vs straight")
+            _, ps = oracle_after(nsteps + 1)
+            for j, (p, q) in enumerate(zip(opt.params, ps)):
+                _tr_same(p, q, f"params[{j}] vs oracle")
+        return Case(label + f" state_dict round trip (numpy forms {rng_list})", call, "ok", check)
+    if what == 2:  # step_accumulated vs the oracle's tree then step
+        tokens = _pick(rng, [128, 256, 512, 1024])
+        A = _pick(rng, T.splits_that_work(tokens))
+        mg = [[_tr_vals(rng, s) for s in shapes] for _ in range(A)]
+        params = [p.copy() for p in p0]
+
+        def call():
+            opt = make(T, params)
+            opt.step_accumulated([[x.copy() for x in m] for m in mg], tokens, max_norm=max_norm)
+            return opt
+
+        def check(opt):
+            o = make(TO, [p.copy() for p in p0])
+            ps, _ = o.step_accumulated([[x.copy() for x in m] for m in mg], max_norm)
+            for j, (p, q) in enumerate(zip(params, ps)):
+                _tr_same(p, q, f"params[{j}] after step_accumulated vs oracle")
+        return Case(label + f" step_accumulated tokens={tokens} A={A}", call, "ok", check)
+    if what == 3:  # schedules: lr_at vs the oracle, to_dict / from_dict round trips
+        sk, sargs = _tr_schedule(rng, T)
+        ts = [int(t) for t in rng.integers(1, 14, size=4)]
+
+        def call():
+            s = getattr(T, sk)(*sargs)
+            d = s.to_dict()
+            via = _pick(rng, ["from_dict", "schedule_from_dict", "class"])
+            s2 = (T.schedule_from_dict(d) if via == "schedule_from_dict" else
+                  getattr(T, sk).from_dict(d) if via == "class" else
+                  getattr(T, _pick(rng, _SCHEDS)).from_dict(d))
+            return s, s2, [s.lr_at(t) for t in ts], [s2.lr_at(t) for t in ts]
+
+        def check(r):
+            s, s2, got, got2 = r
+            assert type(s2) is type(s) and s2 == s and s2.to_dict() == s.to_dict(), (s, s2)
+            o = getattr(TO, sk)(*sargs)
+            for t, g, g2 in zip(ts, got, got2):
+                want = o.lr_at(t)
+                _tr_scalar(g, want, f"{sk}{sargs}.lr_at({t}) vs oracle")
+                _tr_scalar(g2, want, f"round-tripped {sk}.lr_at({t})")
+        return Case(f"training.{sk}{tuple(sargs)} lr_at {ts}", call, "ok", check)
+    if what == 4:  # bad schedules
+        sk = _pick(rng, _SCHEDS)
+        bad = _pick(rng, [("peak_lr", -0.1), ("peak_lr", float("nan")), ("peak_lr", "0.1"),
+                          ("peak_lr", 1e39), ("peak_lr", True), ("warmup_steps", -1),
+                          ("warmup_steps", 1.5), ("warmup_steps", True), ("min_lr", -1e-3),
+                          ("total_steps", 0), ("total_steps", "total"), ("lr_at", 0),
+                          ("lr_at", 1.5), ("lr_at", True), ("lr_at", -2), ("dict", None),
+                          ("dict", {"kind": "StepLR", "peak_lr": 0.1}), ("dict", "ConstantLR"),
+                          ("dict", {"kind": "WarmupLinearLR", "peak_lr": 0.1}),
+                          ("dict", {"kind": "ConstantLR", "peak_lr": 0.1, "x": 1})])
+        base = dict(peak_lr=0.1, warmup_steps=2, total_steps=10, min_lr=0.0)
+        if sk == "ConstantLR":
+            base = dict(peak_lr=0.1, warmup_steps=2)
+            if bad[0] in ("total_steps", "min_lr"):
+                bad = ("warmup_steps", -3)
+        if bad[0] == "total_steps" and bad[1] == 0:
+            base["warmup_steps"], names = 3, ("total_steps",)
+        names = (bad[0],) if bad[0] not in ("lr_at", "dict") else \
+            (("t=",) if bad[0] == "lr_at" else ("schedule_from_dict",))
+        if bad[0] == "lr_at":
+            return Case(f"training.{sk}.lr_at({bad[1]!r})",
+                        lambda: getattr(T, sk)(**base).lr_at(bad[1]), "error", None, names)
+        if bad[0] == "dict":
+            return Case(f"training.schedule_from_dict({bad[1]!r})",
+                        lambda: T.schedule_from_dict(bad[1]), "error", None, names)
+        return Case(f"training.{sk}({bad[0]}={bad[1]!r})",
+                    lambda: getattr(T, sk)(**dict(base, **{bad[0]: bad[1]})), "error", None,
+                    names)
+    if what == 5:  # bad constructor arguments
+        key, v, names = _pick(rng, [
+            ("foreach", True, ("foreach=",)), ("amsgrad", True, ("amsgrad=",)),
+            ("fused", False, ("fused=",)), ("capturable", True, ("capturable=",)),
+            ("differentiable", True, ("differentiable=",)), ("momentun", 0.9, ("'momentun'",)),
+            ("lr", float("nan"), ("lr",)), ("lr", "1e-3", ("lr",)), ("lr", None, ("lr",)),
+            ("maximize", 1, ("maximize",)), ("lr_schedule", lambda t: 0.1, ("lr_schedule",)),
+            ("lr_schedule", {"kind": "ConstantLR", "peak_lr": 0.1}, ("lr_schedule",)),
+            ("weight_decay", float("inf"), ("weight_decay",)), ("weight_decay", "0", ("weight_decay",))]
+            + ([("momentum", True, ("momentum",)), ("nesterov", 1, ("nesterov",)),
+                ("nesterov", True, ("nesterov",)), ("dampening", float("nan"), ("dampening",))]
+               if kind == "SGD" else
+               [("betas", (1.0, 0.999), ("beta1",)), ("betas", (0.9, 1.0), ("beta2",)),
+                ("betas", (0.9, 0.99999999), ("beta2",)), ("betas", (-0.1, 0.9), ("beta1",)),
+                ("betas", (0.9,), ("betas",)), ("betas", 0.9, ("betas",)),
+                ("eps", -1e-8, ("eps",)), ("eps", True, ("eps",))]))
+        over = {key: v}
+        if key == "nesterov" and v is True:
+            over["momentum"] = 0.0
+        params = [p.copy() for p in p0]
+        return Case(label + f" {key}={v!r}", lambda: make(T, params, **over) if key !=
+                    "lr_schedule" else getattr(T, kind)(params, **dict(kw, lr_schedule=v)),
+                    "error", None, names, after=_tr_unchanged(params, "params"))
+    if what == 6:  # bad params
+        j = int(rng.integers(0, len(p0)))
+        k = int(rng.integers(0, 5))
+        params = [p.copy() for p in p0]
+        if k == 0:
+            obj, lab, names = _tr_hostile(rng, p0[j], f"params[{j}]", "x", shapes=False)
+            if "non-finite" in names[0]:  # accepted at construction, refused at the step
+                params[j] = obj
+                opt = make(T, params)
+                g = [x.copy() for x in grads[0]]
+                return Case(label + f" {lab}, then a step", lambda: opt.step(g), "error", None,
+                            names, after=_tr_unchanged(params + g, "params and grads"))
+            params[j] = obj
+        elif k == 1 and p0[j].size > 1:  # (a size-1 view is C-contiguous)
+            big = np.zeros(p0[j].shape + (2,), F32)
+            big[..., 0] = p0[j]
+            params[j], lab, names = big[..., 0], f"params[{j}] strided", (f"params[{j}] is strided",)
+        elif k in (1, 2):
+            params[j] = p0[j].copy()
+            params[j].setflags(write=False)
+            lab, names = f"params[{j}] read-only", (f"params[{j}] is read-only",)
+        elif k == 3:
+            params = [{"params": params, "lr": 0.1}]
+            j, lab, names = 0, "param groups", ("param_groups",)
+        else:
+            params = _pick(rng, [p0[0].copy(), None, "params", (x for x in p0)])
+            lab, names = f"params {type(params).__name__}", ("params must be",)
+        return Case(label + f" {lab}", lambda: make(T, params), "error", None, names)
+    if what in (7, 8, 9):  # bad gradients / max_norm at a step (after good steps)
+        params = [p.copy() for p in p0]
+        opt = make(T, params)
+        for g in grads[:nsteps - 1]:
+            opt.step([x.copy() for x in g], max_norm=max_norm)
+        g = [x.copy() for x in grads[nsteps - 1]]
+        j = int(rng.integers(0, len(g)))
+        k = int(rng.integers(0, 6))
+        mx = max_norm
+        if k == 0:
+            obj, lab, names = _tr_hostile(rng, g[j], f"grads[{j}]", f"grads[{j}] has shape",
+                                          shapes=True)
+            if " shape (" in lab:
+                names = (f"grads[{j}] has shape", f"grads[{j}] has dtype")
+            g[j] = obj
+        elif k == 1:
+            g = g[:-1] if rng.random() < 0.5 else g + [g[0].copy()]
+            lab, names = f"{len(g)} grads", (f"{len(g)} gradients",)
+        elif k == 2:
+            mx = _pick(rng, [0.0, -1.0, float("nan"), "1", True])
+            lab, names = f"max_norm={mx!r}", ("max_norm",)
+        elif k == 3:  # strided or read-only gradient with max_norm (written back)
+            mx = 1.0
+            if rng.random() < 0.5 and g[j].size > 1:
+                big = np.zeros(g[j].shape + (2,), F32)
+                big[..., 0] = g[j]
+                g[j], lab, names = big[..., 0], f"grads[{j}] strided", (f"grads[{j}] is strided",)
+            else:
+                g[j].setflags(write=False)
+                lab, names = f"grads[{j}] read-only", (f"grads[{j}] is read-only",)
+        elif k == 4:
+            g = _pick(rng, [g[0], None, {"g": g[0]}])
+            lab, names = f"grads {type(g).__name__}", ("grads must be",)
+        else:  # finite gradients whose total norm overflows: refused with max_norm
+            mx = 1.0
+            g = [np.full(x.shape, 3e38, F32) for x in g]
+            lab, names = "total overflows", ("not finite",)
+        t0 = opt.t
+        sd0 = opt.state_dict()
+        held = [x for x in (g if isinstance(g, list) else []) if isinstance(x, np.ndarray)]
+        unchanged = _tr_unchanged(params + held, "params and grads")
+
+        def after():
+            unchanged()
+            assert opt.t == t0, f"t moved to {opt.t}"
+            sd = opt.state_dict()
+            for key in ("exp_avg", "exp_avg_sq", "buf_initialized"):
+                assert np.array_equal(sd[key].view(np.uint8), sd0[key].view(np.uint8)), key
+        via = _pick(rng, ["step", "step_accumulated"])
+        if via == "step_accumulated" and k in (0, 2):  # (accumulate copies: no k = 3)
+            return Case(label + f" step_accumulated(A=1) {lab}",
+                        lambda: opt.step_accumulated([g], 128, max_norm=mx), "error", None,
+                        names + tuple(n.replace("grads", "microbatch_grads[0]") for n in names)
+                        + (("max_norm",) if k == 2 else ()), after=after) \
+
+        return Case(label + f" step {lab}", lambda: opt.step(g, max_norm=mx), "error", None,
+                    names, after=after)
+    if what == 10:  # bad state dicts
+        params = [p.copy() for p in p0]
+        opt = make(T, params)
+        opt.step([x.copy() for x in grads[0]])
+        sd = opt.state_dict()
+        n = sum(p.size for p in p0)
+        key, v, names = _pick(rng, [
+            ("t", -1, ("t must be",)), ("t", 1.5, ("t must be",)), ("t", True, ("t must be",)),
+            ("t", None, ("t must be",)), ("exp_avg", np.zeros(n + 1, F32), ("sizes",)),
+            ("exp_avg", np.zeros(n, np.float64), ("exp_avg has dtype",)),
+            ("exp_avg_sq", np.full(n, np.nan, F32), ("exp_avg_sq holds a non-finite",)),
+            ("buf_initialized", np.ones(len(p0), np.int64), ("buf_initialized",)),
+            ("buf_initialized", np.ones(len(p0) + 1, np.int32), ("sizes",)),
+            ("missing", None, ("missing",)), ("not a dict", None, ("sd must be a dict",))])
+        if key == "missing":
+            bad = dict(sd)
+            del bad[_pick(rng, sorted(bad))]
+        elif key == "not a dict":
+            bad = list(sd.items())
+        else:
+            bad = dict(sd, **{key: v})
+        sd0 = opt.state_dict()
+        unchanged = _tr_unchanged(params, "params")
+
+        def after():
+            unchanged()
+            s = opt.state_dict()
+            assert s["t"] == sd0["t"]
+            for k2 in ("exp_avg", "exp_avg_sq", "buf_initialized"):
+                assert np.array_equal(s[k2].view(np.uint8), sd0[k2].view(np.uint8)), k2
+        return Case(label + f" load_state_dict {key}={type(v).__name__}",
+                    lambda: opt.load_state_dict(bad), "error", None, names, after=after)
+    # bad accumulation at a step
+    params = [p.copy() for p in p0]
+    opt = make(T, params)
+    tokens, A = _pick(rng, [(384, 2), (300, 2), (256, 3), (256, 4), (128, 2), (512, 8)])
+    mg = [[_tr_vals(rng, s) for s in shapes] for _ in range(A)]
+    return Case(label + f" step_accumulated tokens={tokens} A={A}",
+                lambda: opt.step_accumulated(mg, tokens), "error", None, ("micro-batches",),
+                after=_tr_unchanged(params, "params"))
+
+
+_TRAIN_CFGS = {
+    "untied": dict(model_type="llama", vocab_size=31, hidden_size=16, intermediate_size=24,
+                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                   rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=256,
+                   tie_word_embeddings=False, hidden_act="silu"),
+    "tied": dict(model_type="llama", vocab_size=29, hidden_size=16, intermediate_size=20,
+                 num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                 rms_norm_eps=1e-6, rope_theta=500.0, max_position_embeddings=256,
+                 tie_word_embeddings=True, hidden_act="silu"),
+}
+_TRAIN_TINY = {}
+
+
+def _train_tiny(variant):
+    """A tiny llama checkpoint for the trainer, written once per process and variant
+    (a case's tmp is removed after the case)."""
+    if variant not in _TRAIN_TINY:
+        import atexit
+        import json
+        import shutil
+        import tempfile
+
+        from safetensors.numpy import save_file
+
+        cfg = dict(_TRAIN_CFGS[variant])
+        w = _model_weights(cfg, {"untied": 5, "tied": 6}[variant])
+        d = tempfile.mkdtemp(prefix=f"mlfuzz-train-{variant}-")
+        atexit.register(shutil.rmtree, d, True)
+        with open(os.path.join(d, "config.json"), "w") as fh:
+            json.dump(cfg, fh)
+        save_file(w, os.path.join(d, "model.safetensors"))
+        _TRAIN_TINY[variant] = dict(path=d, cfg=cfg, w=w)
+    return _TRAIN_TINY[variant]
+
+
+def _tr_state(tr):
+    """(t, weights, optimizer state) of a trainer, copies."""
+    return tr.t, tr.weights(), tr.optimizer.state_dict()
+
+
+def _tr_same_state(tr, st, what):
+    t, w, sd = st
+    assert tr.t == t, f"{what}: t {tr.t}, want {t}"
+    now = tr.weights()
+    assert list(now) == list(w)
+    for n in w:
+        _tr_same(now[n], w[n], f"{what}: weight {n}")
+    s = tr.optimizer.state_dict()
+    for k in ("exp_avg", "exp_avg_sq"):
+        _tr_same(s[k], sd[k], f"{what}: optimizer {k}")
+    np.testing.assert_array_equal(s["buf_initialized"], sd["buf_initialized"])
+
+
+def gen_training_trainer(rng, tmp):
+    """Trainer on tiny llama checkpoints (tied and untied heads): the loss of a batch is
+    the model oracle's logits through the training oracle's cross entropy, bit for bit;
+    a split into micro-batches, gradients(), a save and resume, save_model and model
+    give a fresh trainer's bits; hostile ids, labels, accumulation, constructor
+    arguments and files are refused by name, with the weights, the step count and the
+    optimizer state unchanged."""
+    from mojolearn import training as T
+    from mojolearn.models import CausalLM
+
+    variant = _pick(rng, ["untied", "tied"])
+    t = _train_tiny(variant)
+    cfg, V = t["cfg"], t["cfg"]["vocab_size"]
+    opt = _pick(rng, ["adamw", "adam", "sgd"])
+    kw = {"optimizer": opt, "lr": float(_pick(rng, [1e-3, 0.01])),
+          "max_norm": _pick(rng, [None, 1.0])}
+    if rng.random() < 0.3:
+        kw["lr_schedule"] = T.WarmupCosineLR(kw["lr"], 1, 5)
+    if opt == "sgd" and rng.random() < 0.5:
+        kw["momentum"] = 0.9
+    B, L = int(rng.integers(1, 4)), int(rng.integers(2, 9))
+    ids = rng.integers(0, V, size=(B, L))
+    labels = None
+    if rng.random() < 0.3:
+        labels = ids.copy()
+        labels[rng.random((B, L)) < 0.3] = -100
+        labels[0, 1] = ids[0, 1]  # at least one target
+    pre = int(rng.integers(0, 3))  # steps taken before the call
+    warm = [rng.integers(0, V, size=(B, L)) for _ in range(pre)]
+    label = f"training.Trainer {variant} {kw} B={B} L={L} labels={labels is not None} pre={pre}"
+
+    def trainer():
+        tr = T.Trainer(t["path"], **kw)
+        for x in warm:
+            tr.step(x)
+        return tr
+
+    what = int(rng.integers(0, 16))
+    if what == 0:  # loss and step's loss vs the oracle (no steps before: the file's weights)
+        via = _pick(rng, ["loss", "step"])
+
+        def check(got):
+            from tests import model_oracle as MO
+            from tests import training_oracle as TO
+
+            logits = MO.forward(t["w"], cfg, ids, "fp32_v1", "float32").reshape(-1, V)
+            lab = ids if labels is None else labels
+            tg = np.full((B, L), -100, np.int64)
+            tg[:, :-1] = lab[:, 1:]
+            _tr_scalar(got, TO.cross_entropy(logits, tg.reshape(-1)),
+                       f"Trainer.{via} vs the oracle's cross entropy of the oracle's logits")
+        return Case(label + f" {via} vs oracle",
+                    lambda: getattr(T.Trainer(t["path"], **kw), via)(ids, labels), "ok", check)
+    if what == 1:  # a split into micro-batches: one batch's bits
+        B2, L2 = _pick(rng, [(2, 128), (4, 64), (4, 128), (8, 64)])
+        ids2 = rng.integers(0, V, size=(B2, L2))
+        ok = [a for a in T.splits_that_work(B2 * L2) if B2 % a == 0]
+        A = _pick(rng, ok)
+        tr = trainer()
+
+        def check(loss):
+            ref = trainer()
+            _tr_scalar(loss, ref.step(ids2), f"loss with accumulation={A} vs one batch")
+            _tr_same_state(tr, _tr_state(ref), f"after a step with accumulation={A}")
+        return Case(label + f" step {B2}x{L2} accumulation={A}",
+                    lambda: tr.step(ids2, accumulation=A), "ok", check)
+    if what == 2:  # gradients (no step), split or not
+        B2, L2 = _pick(rng, [(B, L), (2, 128), (4, 64)])
+        ids2 = rng.integers(0, V, size=(B2, L2))
+        A = _pick(rng, [a for a in T.splits_that_work(B2 * L2) if B2 % a == 0] or [1])
+        tr = trainer()
+        st = _tr_state(tr)
+
+        def check(g):
+            _tr_same_state(tr, st, "after gradients()")
+            want = trainer().gradients(ids2)
+            assert list(g) == list(want) == list(st[1])
+            for n in g:
+                _tr_same(g[n], want[n], f"gradient {n} with accumulation={A}")
+        return Case(label + f" gradients {B2}x{L2} accumulation={A}",
+                    lambda: tr.gradients(ids2, accumulation=A), "ok", check)
+    if what == 3:  # save, resume, one more step: an uninterrupted run's bits
+        path = os.path.join(tmp, "trainer.safetensors")
+
+        def call():
+            tr = trainer()
+            tr.save(path)
+            with open(path, "rb") as fh:
+                first = fh.read()
+            tr.save(path)
+            with open(path, "rb") as fh:
+                assert fh.read() == first, "two saves of one state differ"
+            back = T.Trainer.resume(path)
+            return tr, back, back.step(ids, labels), tr.step(ids, labels)
+
+        def check(r):
+            tr, back, l1, l2 = r
+            _tr_scalar(l1, l2, "the resumed trainer's loss")
+            _tr_same_state(back, _tr_state(tr), "resumed then a step vs straight")
+        return Case(label + " save/resume", call, "ok", check)
+    if what == 4:  # save_model, model, weights
+        d = os.path.join(tmp, "hf")
+
+        def call():
+            tr = trainer()
+            tr.save_model(d)
+            return tr, CausalLM.load(d).forward(ids), tr.model.forward(ids)
+
+        def check(r):
+            tr, from_dir, held = r
+            _tr_same(from_dir, held, "save_model's folder vs Trainer.model")
+            if not pre:
+                _tr_same(held, CausalLM.load(t["path"]).forward(ids),
+                         "a fresh Trainer.model vs CausalLM.load")
+            w = tr.weights()
+            assert set(w) == set(t["w"]), sorted(set(w) ^ set(t["w"]))
+            if not pre:
+                for n in w:
+                    _tr_same(w[n], t["w"][n], f"a fresh trainer's weight {n}")
+        return Case(label + " save_model / model / weights", call, "ok", check)
+    if what == 5:  # from a CausalLM
+        return Case(label + " from CausalLM.load",
+                    lambda: T.Trainer(CausalLM.load(t["path"]), **kw).step(ids, labels), "ok",
+                    lambda r: _tr_scalar(r, T.Trainer(t["path"], **kw).step(ids, labels),
+                                         "a trainer from a CausalLM vs from its path"))
+    # refusals: the trainer (after warm steps) is left as it was
+    tr = trainer()
+    st = _tr_state(tr)
+
+    def after():
+        _tr_same_state(tr, st, "after the refusal")
+    via = _pick(rng, ["step", "gradients", "loss"])
+    if what in (6, 7, 8):
+        while True:
+            obj, lab, names = _ids_bad(rng, ids, V)
+            if not lab.endswith(" tokens"):  # (models' max_positions; this one has 256)
+                break
+        return Case(label + f" {via} ids {lab}", lambda: getattr(tr, via)(obj), "error", None,
+                    names, after=after)
+    if what == 9:
+        k = int(rng.integers(0, 2))
+        bad = rng.integers(0, V, size=(B, 1)) if k == 0 else rng.integers(0, V, size=(1, 257))
+        names = ("at least 2 tokens",) if k == 0 else ("max_position_embeddings",)
+        return Case(label + f" {via} ids {bad.shape}", lambda: getattr(tr, via)(bad), "error",
+                    None, names, after=after)
+    if what == 10:
+        k = int(rng.integers(0, 5))
+        if k == 0:
+            bad = ids.astype(_pick(rng, [np.float32, np.float64, np.bool_]))
+            names = ("labels must be integers",)
+        elif k == 1:
+            bad = _pick(rng, [ids[:, :-1], ids[None], np.concatenate([ids, ids])])
+            names = ("labels of shape",)
+        elif k == 2:
+            bad = ids.copy()
+            v = _pick(rng, [V, V + 9, -1, -99, -101])
+            bad.reshape(-1)[int(rng.integers(0, bad.size))] = v
+            names = (f"labels hold {v}",)
+        elif k == 3:
+            bad = np.full(ids.shape, -100)
+            names = ("no position has a target",)
+        else:
+            bad = [[float(v) for v in r] for r in ids.tolist()]
+            names = ("labels must be integers",)
+        return Case(label + f" {via} labels {k}", lambda: getattr(tr, via)(ids, bad), "error",
+                    None, names, after=after)
+    if what == 11:
+        a = _pick(rng, [0, -2, True, 2.0, "2", None, 3, 2, 4, 16])
+        names = ("accumulation",)
+        if isinstance(a, int) and not isinstance(a, bool) and a in (2, 4, 16):
+            B2, L2 = _pick(rng, [(B, L), (2, 96), (1, 256), (2, 64)])
+            bad_ids = rng.integers(0, V, size=(B2, L2))
+        else:
+            bad_ids = ids
+        fn = _pick(rng, ["step", "gradients"])
+        return Case(label + f" {fn} {bad_ids.shape} accumulation={a!r}",
+                    lambda: getattr(tr, fn)(bad_ids, accumulation=a), "error", None, names,
+                    after=after)
+    if what in (12, 13):  # constructor arguments
+        key, v, names = _pick(rng, [
+            ("optimizer", "lamb", ("optimizer=",)), ("optimizer", None, ("optimizer=",)),
+            ("max_norm", -1.0, ("max_norm",)), ("max_norm", float("nan"), ("max_norm",)),
+            ("max_norm", True, ("max_norm",)), ("progress", "yes", ("progress",)),
+            ("progress", -1, ("progress",)), ("foreach", True, ("'foreach'",)),
+            ("amsgrad", True, ("'amsgrad'",)), ("lr", "1e-3", ("lr",)),
+            ("lr", float("inf"), ("lr",)), ("betas", (1.0, 0.9), ("beta1",)),
+            ("eps", -1.0, ("eps",)), ("weight_decay", float("nan"), ("weight_decay",)),
+            ("lr_schedule", lambda s: 1e-3, ("lr_schedule",)),
+            ("numeric_profile", "fixed15_v1", ("fixed15_v1",)),
+            ("numeric_profile", "fp64", ("fp64",)), ("lm", 3, ("lm must be",)),
+            ("lm", None, ("lm must be",))])
+        if key in ("betas", "eps") and opt == "sgd":  # (sgd takes neither: not passed on)
+            key, v, names = "momentum", float("nan"), ("momentum",)
+        if key == "lm":
+            return Case(label + f" Trainer({v!r})", lambda: T.Trainer(v, **kw), "error", None,
+                        names)
+        return Case(label + f" Trainer {key}={v!r}",
+                    lambda: T.Trainer(t["path"], **dict(kw, **{key: v})), "error", None, names)
+    if what == 14:  # files that are not trainer files
+        k = int(rng.integers(0, 3))
+        if k == 0:
+            p, names = os.path.join(t["path"], "model.safetensors"), ("not a trainer file",)
+        elif k == 1:
+            p = os.path.join(tmp, "missing.safetensors")
+            names = (p,)
+        else:
+            p = os.path.join(tmp, "junk.safetensors")
+            with open(p, "wb") as fh:
+                fh.write(bytes(rng.integers(0, 256, size=int(rng.integers(0, 64)), dtype=np.uint8)))
+            names = (p,)
+        return Case(label + f" resume file {k}", lambda: T.Trainer.resume(p), "error", None,
+                    names)
+    # a trainer file of another profile or with a changed format: refused by name
+    path = os.path.join(tmp, "trainer.safetensors")
+    tr.save(path)
+    return Case(label + " resume numeric_profile=fixed15_v1",
+                lambda: T.Trainer.resume(path, numeric_profile="fixed15_v1"), "error", None,
+                ("fixed15_v1",), after=after)
+
+
 ENTRIES = [
     ("linalg.matmul", gen_matmul),
     ("linalg.matmul_bf16", gen_matmul_bf16),
@@ -2787,6 +3874,9 @@ ENTRIES = [
     ("models.mamba", gen_models_mamba),
     ("models.Tokenizer", gen_models_tokenizer),
     ("models.ParallelCausalLM", gen_models_parallel),
+    ("training.primitives", gen_training_primitives),
+    ("training.optimizers", gen_training_optimizers),
+    ("training.Trainer", gen_training_trainer),
 ]
 
 

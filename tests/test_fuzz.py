@@ -7,6 +7,9 @@ built-in exception whose message starts with "mojolearn" and names the argument.
 And (issue 33) every public entry of mojolearn.models on tiny models the table
 writes: hostile ids, states, checkpoints and generation arguments; after each
 refusal the model and its state must still give a fresh model's bits.
+And every public entry of mojolearn.training (primitives, optimizers, schedules,
+Trainer): the training oracle's bits (tests/training_oracle.py) on small shapes, and
+after a refusal the arrays, optimizer or trainer handed in are unchanged.
 
 The table of entries is tests/fuzz_cases.py (ENTRIES: (name, generator) pairs). The cases run in a few child processes
 (tests/fuzz_run.py), so a crash or a hang fails this test naming the case and
@@ -22,7 +25,7 @@ import pytest
 from tests import fuzz_run
 from tests.fuzz_cases import ENTRIES
 
-SHORT_EXAMPLES = 15  # per entry: 32 entries -> 480 cases
+SHORT_EXAMPLES = 15  # per entry: 39 entries -> 585 cases
 
 
 def test_fuzz_short_run():
@@ -108,6 +111,45 @@ def test_every_public_model_entry_is_in_the_table():
                             and callable(getattr(obj, m))]
         if "__call__" in vars(obj):
             entries.append(f"{name}.__call__")
+        for e in entries:
+            assert e in covered, f"{e} is public and has no fuzz generator"
+            assert covered[e] is None or covered[e] in names, (e, covered[e])
+
+
+def test_every_public_training_entry_is_in_the_table():
+    """Every public name of mojolearn.training, and every public method of its classes,
+    has a generator in the table (by the entry that calls it)."""
+    import inspect
+
+    from mojolearn import training
+
+    names = {n for n, _ in ENTRIES}
+    prim = "training.primitives"
+    opt = "training.optimizers"
+    covered = {
+        **{f: prim for f in (
+            "linear_forward", "linear_backward", "rms_norm_forward", "rms_norm_backward",
+            "embedding_forward", "embedding_backward", "cross_entropy", "clip_grad_norm_",
+            "accumulate_grads", "aligned_split", "splits_that_work", "bias_backward",
+            "chunked_lm_head_loss")},
+        **{f"{c}{m}": opt for c in ("ConstantLR", "WarmupLinearLR", "WarmupCosineLR")
+           for m in ("", ".lr_at", ".to_dict", ".from_dict")},
+        "schedule_from_dict": opt,
+        **{f"{c}{m}": opt for c in ("SGD", "Adam", "AdamW")
+           for m in ("", ".step", ".step_accumulated", ".state_dict", ".load_state_dict")},
+        **{f"Trainer{m}": "training.Trainer" for m in (
+            "", ".step", ".gradients", ".loss", ".weights", ".save", ".resume",
+            ".save_model")},
+    }
+    for name in training.__all__:
+        obj = getattr(training, name)
+        entries = [name]
+        if inspect.isclass(obj):
+            entries += [f"{name}.{m}" for c in obj.__mro__ if c is not object
+                        for m in vars(c) if not m.startswith("_")
+                        and callable(getattr(obj, m, None))]
+            if "__call__" in vars(obj):
+                entries.append(f"{name}.__call__")
         for e in entries:
             assert e in covered, f"{e} is public and has no fuzz generator"
             assert covered[e] is None or covered[e] in names, (e, covered[e])

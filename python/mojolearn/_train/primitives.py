@@ -343,7 +343,7 @@ def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_sm
 
 
 # ---------------------------------------------------------------------------- chunked LM head
-_LMH_REFUSED = ("ignore_index", "label_smoothing", "reduction", "weight", "num_items")
+_LMH_REFUSED = ("ignore_index", "label_smoothing", "reduction", "num_items")  # weight: the head
 
 
 def chunked_lm_head_loss(h, weight, targets, return_grad=False, **refused):
@@ -445,13 +445,18 @@ def _clip(grads, mb: int, fn: str):
     return norms[-1]
 
 
-def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True):
+def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, **refused):
     """Clip a list of float32 gradient arrays in place by their total L2 norm (T-23 ..
     T-25): n_j = sqrt(dot(g_j, g_j)) per tensor, total = sqrt(dot(n, n)), coef =
     max_norm / (total + 1e-6) when < 1, else 1; every gradient becomes mul(coef, ftz(g))
     (also at coef 1). Returns the pre-clip total as a float32 scalar. A non-finite input
     or total is refused with the gradients untouched (T-41)."""
     fn = "clip_grad_norm_"
+    for name in refused:
+        raise TypeError(f"mojolearn: {fn}: {name}= is not supported (T-43: one L2 clip in "
+                        f"fp32.v1's order; torch's foreach / fused paths are not another arithmetic "
+                        f"here)" if name in ("foreach", "fused") else
+                        f"mojolearn: {fn}: unexpected keyword argument {name!r}")
     if norm_type != 2.0 and norm_type != 2:
         raise ValueError(f"mojolearn: {fn}: norm_type={norm_type!r} is refused: L2 (2.0) only (T-43)")
     if error_if_nonfinite is not True:
@@ -465,9 +470,17 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True):
 
 
 # ---------------------------------------------------------------------------- accumulation
+def _count(v, fn: str, name: str) -> None:
+    """An int count (a numpy integer too), never a float, bool or str."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"mojolearn: {fn}: {name} must be an int, got {type(v).__name__} ({v!r})")
+
+
 def aligned_split(tokens: int, a: int) -> bool:
     """T-27 with our stricter condition: A a power of two, L = L(T) divides T, A divides
     P = T / L, L(T / A) = L, and P / A a power of two."""
+    _count(tokens, "aligned_split", "tokens")
+    _count(a, "aligned_split", "a")
     if not _is_pow2(a) or tokens < 1:
         return False
     L = _leaf(tokens)
@@ -481,6 +494,7 @@ def aligned_split(tokens: int, a: int) -> bool:
 
 def splits_that_work(tokens: int) -> list:
     """The micro-batch counts A for which aligned_split(tokens, A) holds."""
+    _count(tokens, "splits_that_work", "tokens")
     out, a = [], 1
     while a <= max(1, tokens):
         if aligned_split(tokens, a):

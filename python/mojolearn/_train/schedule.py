@@ -238,4 +238,15 @@ def schedule_from_dict(d: dict):
         raise ValueError(f"mojolearn: schedule_from_dict: {d!r} is not a schedule's to_dict() "
                          f"(kind one of {sorted(_KINDS)})")
     kw = {k: v for k, v in d.items() if k != "kind"}
-    return _KINDS[d["kind"]](**kw)
+    import inspect
+
+    cls = _KINDS[d["kind"]]
+    params = inspect.signature(cls.__init__).parameters
+    need = [n for n, p in params.items() if n != "self" and p.default is inspect.Parameter.empty]
+    missing = [n for n in need if n not in kw]
+    extra = sorted(set(kw) - set(params) - {"self"})
+    if missing or extra:
+        raise ValueError(f"mojolearn: schedule_from_dict: a {d['kind']} needs "
+                         f"{', '.join(n for n in params if n != 'self')}; "
+                         + (f"missing {missing}" if missing else f"unknown keys {extra}"))
+    return cls(**kw)

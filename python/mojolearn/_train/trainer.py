@@ -36,12 +36,14 @@ class Trainer:
     """Fine-tune a transformer ``CausalLM`` with the same bits on every CPU build and
     thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*).
 
-    ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=(0.9, 0.999),
-    eps=1e-8, momentum=0.0, lr_schedule=None, max_norm=None, numeric_profile=None,
-    progress=False)``: ``lm`` a ``CausalLM`` loaded from a checkpoint with
+    ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None, eps=None,
+    momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None, progress=False,
+    group=None, timeout=300.0)``: ``lm`` a ``CausalLM`` loaded from a checkpoint with
     ``weight_format="float32"`` (its float32 weights are read again from that
-    checkpoint) or the path of one. ``weight_decay`` None means the optimizer's default
-    (AdamW 0.01, Adam and SGD 0). The profile is resolved for training: fp32_v1, whatever
+    checkpoint) or the path of one. None means the optimizer's default (weight_decay:
+    AdamW 0.01, Adam and SGD 0; betas (0.9, 0.999) and eps 1e-8 for Adam / AdamW;
+    momentum 0 for SGD); an argument the optimizer does not take is refused. ``group``:
+    a torch.distributed group to train on its ranks (T-61; docs/training.md). The profile is resolved for training: fp32_v1, whatever
     the process inference default is; a profile that has not passed for training is
     refused by name.
 
@@ -57,8 +59,8 @@ class Trainer:
     Hugging Face folder (config.json + model.safetensors, float32).
     """
 
-    def __init__(self, lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=(0.9, 0.999),
-                 eps=1e-8, momentum=0.0, lr_schedule=None, max_norm=None, numeric_profile=None,
+    def __init__(self, lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None,
+                 eps=None, momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None,
                  progress=False, group=None, timeout=300.0, **unexpected):
         if unexpected:
             name = sorted(unexpected)[0]
@@ -100,10 +102,15 @@ class Trainer:
         del weights
         kind = optimizer.lower()
         kw = {"lr": lr, "lr_schedule": lr_schedule}
-        if kind in ("adam", "adamw"):
-            kw.update(betas=betas, eps=eps)
-        else:
-            kw.update(momentum=momentum)
+        given = {"betas": betas, "eps": eps, "momentum": momentum}
+        takes = ("betas", "eps") if kind in ("adam", "adamw") else ("momentum",)
+        for name, v in given.items():
+            if v is None:
+                continue
+            if name not in takes:
+                raise ValueError(f"mojolearn: Trainer: {name}= does not apply to "
+                                 f"optimizer={optimizer!r} (it takes {', '.join(takes)})")
+            kw[name] = tuple(v) if name == "betas" and isinstance(v, list) else v
         if weight_decay is not None:
             kw["weight_decay"] = weight_decay
         self._opt_kind = kind
@@ -392,8 +399,8 @@ class Trainer:
             args["betas"] = tuple(args["betas"])
         lr = args.pop("lr")
         wd = args.pop("weight_decay", None)
-        self._setup(cfg, weights, o["kind"], lr, wd, args.get("betas", (0.9, 0.999)),
-                    args.get("eps", 1e-8), args.get("momentum", 0.0), sched,
+        self._setup(cfg, weights, o["kind"], lr, wd, args.get("betas"), args.get("eps"),
+                    args.get("momentum"), sched,
                     json.loads(meta["max_norm"]), progress, group, timeout)
         missing = [n for n in self.params.names if n not in weights]
         if missing:
