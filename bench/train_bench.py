@@ -110,6 +110,9 @@ def run_training(B, threads, quick, torch, model_dir):
            {"mojolearn": lambda: tr.step(ids), "torch": torch_step}, peer="torch",
            settle=("torch",),
            extra={"loss_rel_diff_vs_torch": abs(l0 - t0) / abs(t0), "peak_rss_mb": peak})
+    import train_ranks_bench
+
+    train_ranks_bench.run(B, model_dir, quick)
     if peak and all(peak.values()):
         print(f"  peak resident memory: mojolearn {peak['mojolearn']:.0f} MB, torch "
               f"{peak['torch']:.0f} MB ({peak['mojolearn'] / peak['torch']:.2f}x)")

@@ -162,8 +162,8 @@ def test_T60_gradients_are_named_like_the_checkpoint(models):
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_T59_thread_count_changes_no_bit(models, arch):
-    """T-59 (identity): the gradients and two AdamW steps at 1, 2 and 3 threads are the
-    same bits."""
+    """T-59 (identity): the gradients, and 20 AdamW steps with a warmup-cosine schedule
+    and clipping, at 1, 2 and 3 threads: the same gradients, losses and weights."""
     from mojolearn._core import threads
 
     ids = batch(SHAPES[arch]["vocab_size"], B=2, L=64, seed=5)
@@ -172,16 +172,17 @@ def test_T59_thread_count_changes_no_bit(models, arch):
     try:
         for n in (1, 2, 3):
             threads.set_num_threads(n)
-            tr = training.Trainer(models[arch], max_norm=1.0)
+            sched = training.WarmupCosineLR(2e-3, warmup_steps=3, total_steps=20, min_lr=1e-4)
+            tr = training.Trainer(models[arch], max_norm=1.0, lr_schedule=sched)
             g = tr.gradients(ids)
-            tr.step(ids)
-            tr.step(ids)
-            runs.append((g, tr.weights()))
+            losses = [tr.step(ids[:, s % 3:s % 3 + 60]) for s in range(20)]
+            runs.append((g, tr.weights(), bits(np.float32(losses)).tolist()))
     finally:
         threads.set_num_threads(old)
-    for g, w in runs[1:]:
+    for g, w, losses in runs[1:]:
         same_grads(g, runs[0][0])
         same_grads(w, runs[0][1])
+        assert losses == runs[0][2]
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
@@ -266,11 +267,12 @@ _ISA_CHILD = """
 import hashlib, sys
 import numpy as np
 from mojolearn import training
-tr = training.Trainer(sys.argv[1], max_norm=1.0)
+sched = training.WarmupCosineLR(2e-3, warmup_steps=3, total_steps=20, min_lr=1e-4)
+tr = training.Trainer(sys.argv[1], max_norm=1.0, lr_schedule=sched)
 ids = np.random.default_rng(9).integers(0, tr.config.vocab_size, size=(2, 64))
 h = hashlib.sha256()
-for _ in range(3):
-    h.update(np.float32(tr.step(ids)).tobytes())
+for s in range(20):
+    h.update(np.float32(tr.step(ids[:, s % 3:s % 3 + 60])).tobytes())
 for n, w in tr.weights().items():
     h.update(w.tobytes())
 print(h.hexdigest()[:16])
@@ -278,8 +280,9 @@ print(h.hexdigest()[:16])
 
 
 def test_T59_every_cpu_build_gives_the_same_steps(models):
-    """T-59 (identity): three AdamW steps with clipping give the same losses and weights
-    on every CPU build this CPU runs (MOJOLEARN_ISA forces each, in its own process)."""
+    """T-59 (identity): 20 AdamW steps with a warmup-cosine schedule and clipping give the
+    same losses and weights on every CPU build this CPU runs (MOJOLEARN_ISA forces each,
+    in its own process)."""
     from mojolearn._core import cpu as _cpu
 
     outs = {}
@@ -413,3 +416,17 @@ def test_T60_smollm2_fine_tune_lowers_the_loss_and_saves(tmp_path_factory):
     with torch.no_grad():
         t = m(input_ids=torch.from_numpy(ids)).logits.numpy()
     assert np.max(np.abs(t - mine)) <= 1e-4 * np.max(np.abs(mine))
+
+
+def test_T60_progress_reports_steps(models, capsys):
+    """T-60: progress=True prints the step, the loss and tokens/s to stderr; an interval
+    prints every that many steps; anything else is refused by name."""
+    tr = training.Trainer(models["llama"], progress=2)
+    ids = batch(SHAPES["llama"]["vocab_size"], B=1, L=8)
+    for _ in range(4):
+        tr.step(ids)
+    err = capsys.readouterr().err.splitlines()
+    assert [x.split(":")[1].strip() for x in err] == ["step 2", "step 4"], err
+    assert all("tokens/s" in x and "loss" in x for x in err)
+    with pytest.raises(TypeError, match="progress"):
+        training.Trainer(models["llama"], progress="yes")
