@@ -48,6 +48,15 @@ class Ranks(_Comm):
         except ValueError as e:
             raise ValueError(str(e).replace("ParallelCausalLM", "Trainer")) from None
 
+    def _buffer(self, name, n):
+        """A float32 buffer of n values kept from step to step (a new 500 MB buffer each
+        step costs its page faults again)."""
+        bufs = self.__dict__.setdefault("_bufs", {})
+        b = bufs.get(name)
+        if b is None or b.size != n:
+            b = bufs[name] = np.zeros(n, dtype=np.float32)
+        return b
+
     def same_weights(self, params, kind, args, max_norm):
         """Refuse unless every rank starts from the same weights and settings."""
         h = hashlib.sha256()
@@ -97,7 +106,7 @@ class Ranks(_Comm):
             sizes.append(sum(nd * m * n for nd, (m, n) in zip(nodes[r], shapes))
                          + tok + tok * d + tok)  # parts, losses, dy, ids (as float32 words)
         me = self.rank
-        buf = np.zeros(max(sizes), dtype=np.float32)
+        buf = self._buffer("send", max(sizes))
         o = 0
         for k in keys:
             v = np.asarray(sums.parts[k].values).reshape(-1)
@@ -109,7 +118,10 @@ class Ranks(_Comm):
         buf[o:o + tok * d] = dx.reshape(-1)
         o += tok * d
         buf[o:o + tok] = ids_flat.astype(np.int32).view(np.float32)
-        got = self.all_gather(buf, self.all, self.world, "the gradients' parts")
+        got = [self._buffer(f"recv{r}", buf.size) for r in range(self.world)]
+        self.bytes_sent += buf.nbytes
+        self._run("the gradients' parts", lambda: self.dist.all_gather(
+            [self._t(o) for o in got], self._t(buf), group=self.all, async_op=True))
         folded = {}
         offs = [0] * self.world
         per_key = {k: [] for k in keys}
