@@ -221,6 +221,10 @@ ENTRIES = (
                                      "open_dt", "seg", "cs", "out", "ldo", "batch", "length",
                                      "heads", "di", "q0"), "cpu",
           doc="S-19 .. S-28 by the GPU bodies (gram, unit, store_open)"),
+    Entry("gpu_ref_ssm_mamba2_ssd_ws", ("xbc", "ldx", "dt", "a", "d", "z", "ldz", "h", "open_x",
+                                        "open_dt", "seg", "cs", "out", "ldo", "batch", "length",
+                                        "heads", "di", "q0", "gmat", "ws"), "cpu",
+          doc="gpu_ref_ssm_mamba2_ssd with the caller's scratch (the GPU Mamba program's op)"),
     # GPU module only
     Entry("device_info", (), "gpu", "tuple", "(api, device name)"),
     Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
