@@ -193,7 +193,7 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[kv_append_kernel, tgt]("kv_append", kind, t)
     _one[sample_kernel, tgt]("sample", kind, t)
     _one[argmax_kernel, tgt]("argmax", kind, t)
-    # the state-space ops (contracts/ops/IDENTICAL_SSM_CONTRACT.md; not launched yet)
+    # the state-space ops (contracts/ops/IDENTICAL_SSM_CONTRACT.md; launched by the GPU Mamba model)
     _one[ssm_norm_lanes_kernel, tgt]("ssm_norm_lanes", kind, t)
     _one[ssm_conv_kernel, tgt]("ssm_conv", kind, t)
     _one[ssm_softplus_kernel, tgt]("ssm_softplus", kind, t)

@@ -225,7 +225,9 @@ def test_driver_emits_only_declared_program_ops(models):
         lm.generate(ids_for(cfg, 1, 3), 2, greedy=False, seed=1)
         used |= set(be.ops_run)
     assert used <= set(names), sorted(used - set(names))
-    assert used == set(names), f"ops never used by the driver: {sorted(set(names) - used)}"
+    # the ssm_* ops are the Mamba driver's (tests/test_gpu_mamba.py checks their use)
+    mine = {n for n in names if not n.startswith("ssm_")}
+    assert used == mine, f"ops never used by the driver: {sorted(mine - used)}"
 
 
 # ---------------------------------------------------------------- the new bodies

@@ -14,6 +14,9 @@ argument tuples are the CPU entries' without `tasks`)
         descending (the tests' proof that the comparison sees an order change)
     gpu_ref_ssm_mamba2_ssd((xbc, ..., q0)): the gram, unit and store_open bodies in
         the kernels' launch order
+    gpu_ref_ssm_mamba2_ssd_ws((xbc, ..., q0, gmat, ws)): the same with the caller's
+        Gram and per-thread scratch (the GPU model's program op: the Python driver
+        allocates them, python/mojolearn/models/_ssm/gpu.py)
 """
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
@@ -143,40 +146,63 @@ def gpu_ref_ssm_mamba1_scan(args: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
+def _ssd_call(args: PythonObject) raises -> SsdCall:
+    var q0 = _arg(args, 18)
+    if q0 < 0 or q0 >= Q:
+        raise Error(String("mojolearn: gpu_ref_ssm_mamba2_ssd: q0 ", q0,
+                           " is not an open-row count < ", Q))
+    return SsdCall(
+        _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
+        _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9),
+        _arg(args, 10), _arg(args, 11), _arg(args, 12), _arg(args, 13), 0, _arg(args, 14),
+        _arg(args, 15), _arg(args, 16), _arg(args, 17), q0,
+    )
+
+
+def _ssd_run(mut s: SsdCall, gm: Int, ws: Int):
+    """The three kernels' bodies in launch order over their coordinates; gm the Gram
+    work (batch, nchunks, 256, 256), ws SSD_WS_FLOATS floats per (batch row, head)."""
+    var nch = s.nchunks()
+    s.gmat = gm
+    var w = ptr_f32(ws)
+    var old = enter_ieee_mode()
+    for b in range(s.batch):
+        for ch in range(nch):
+            for i in range(Q):
+                ssd_gram_thread(s, b, ch, i)
+    for t in range(s.batch * s.H):
+        ssd_unit_thread(s, w.unsafe_offset(t * SSD_WS_FLOATS), t // s.H, t % s.H)
+    for b in range(s.batch):
+        for i in range(Q):
+            ssd_store_open_thread(s, b, i)
+    leave_ieee_mode(old)
+
+
 def gpu_ref_ssm_mamba2_ssd(args: PythonObject) raises -> PythonObject:
     """(xbc, ldx, dt, a, d, z, ldz, h, open_x, open_dt, seg, cs, out, ldo, batch, length,
     heads, di, q0): S-19 .. S-28 from the conv output to the gate, as the three
     kernels run it: gram (one body a (batch row, chunk, row)), unit (a (batch row,
     head)), store_open (a (batch row, open row)); the state in place."""
-    var q0 = _arg(args, 18)
-    if q0 < 0 or q0 >= Q:
-        raise Error(String("mojolearn: gpu_ref_ssm_mamba2_ssd: q0 ", q0,
-                           " is not an open-row count < ", Q))
-    var batch = _arg(args, 14)
-    var heads = _arg(args, 16)
-    var s = SsdCall(
-        _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3), _arg(args, 4),
-        _arg(args, 5), _arg(args, 6), _arg(args, 7), _arg(args, 8), _arg(args, 9),
-        _arg(args, 10), _arg(args, 11), _arg(args, 12), _arg(args, 13), 0, batch,
-        _arg(args, 15), heads, _arg(args, 17), q0,
-    )
+    var s = _ssd_call(args)
+    var batch = s.batch
+    var heads = s.H
     var nch = s.nchunks()
     var gm = unsafe_alloc[Float32](max(1, batch * nch * Q * Q), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
     var ws = unsafe_alloc[Float32](max(1, batch * heads * SSD_WS_FLOATS), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
-    s.gmat = Int(gm)
-    var old = enter_ieee_mode()
-    for b in range(batch):
-        for ch in range(nch):
-            for i in range(Q):
-                ssd_gram_thread(s, b, ch, i)
-    for t in range(batch * heads):
-        ssd_unit_thread(s, ws.unsafe_offset(t * SSD_WS_FLOATS), t // heads, t % heads)
-    for b in range(batch):
-        for i in range(Q):
-            ssd_store_open_thread(s, b, i)
-    leave_ieee_mode(old)
+    _ssd_run(s, Int(gm), Int(ws))
     gm.unsafe_free()
     ws.unsafe_free()
+    return PythonObject(None)
+
+
+def gpu_ref_ssm_mamba2_ssd_ws(args: PythonObject) raises -> PythonObject:
+    """(xbc, ldx, dt, a, d, z, ldz, h, open_x, open_dt, seg, cs, out, ldo, batch, length,
+    heads, di, q0, gmat, ws): gpu_ref_ssm_mamba2_ssd with the caller's scratch, as the
+    GPU model's program op runs it (the driver allocates them as device buffers): gmat
+    batch * nchunks * 256 * 256 floats (nchunks = (q0 + length + 255) // 256), ws
+    batch * heads * SSD_WS_FLOATS floats."""
+    var s = _ssd_call(args)
+    _ssd_run(s, _arg(args, 19), _arg(args, 20))
     return PythonObject(None)
 
 
@@ -187,3 +213,4 @@ def register_ssm_gpu_reference(mut m: PythonModuleBuilder) raises:
     m.def_function[gpu_ref_ssm_neg_exp]("gpu_ref_ssm_neg_exp")
     m.def_function[gpu_ref_ssm_mamba1_scan]("gpu_ref_ssm_mamba1_scan")
     m.def_function[gpu_ref_ssm_mamba2_ssd]("gpu_ref_ssm_mamba2_ssd")
+    m.def_function[gpu_ref_ssm_mamba2_ssd_ws]("gpu_ref_ssm_mamba2_ssd_ws")

@@ -2,9 +2,12 @@
 turns its thread index into the coordinates of one body in threads.mojo (grid-stride
 loops, any size). Sizes arrive as Int32 (kernel arguments must be device-passable).
 
-Not launched yet (no host side, no device="gpu" Mamba model): compiled offline by
-mojo/compile_all_gpu.mojo, their bodies checked on the CPU (cpu_run.mojo,
-tests/test_gpu_ssm.py). The SSD is three launches in order: gram, unit, store_open.
+Launched by the GPU model's program runner (transformer/gpu/model_launch.mojo: the ops
+ssm_norm_lanes, ssm_conv, ssm_softplus, ssm_neg_exp, ssm_mamba1_scan, ssm_mamba2_ssd_ws,
+written by python/mojolearn/models/_ssm/gpu.py for a device="gpu" Mamba model);
+compiled offline by mojo/compile_all_gpu.mojo, their bodies checked on the CPU
+(cpu_run.mojo, tests/test_gpu_ssm.py, tests/test_gpu_mamba.py); never run on a GPU
+yet. The SSD is three launches in order: gram, unit, store_open.
 """
 from common.ptr import F32Ptr
 from common.gpu import gid_x, stride_x

@@ -78,6 +78,18 @@ def op_code(name: String) raises -> Int:
         return M.OP_QUANTIZE_INT15
     if name == "dequantize_int8":
         return M.OP_DEQUANTIZE_INT8
+    if name == "ssm_norm_lanes":
+        return M.OP_SSM_NORM_LANES
+    if name == "ssm_conv":
+        return M.OP_SSM_CONV
+    if name == "ssm_softplus":
+        return M.OP_SSM_SOFTPLUS
+    if name == "ssm_neg_exp":
+        return M.OP_SSM_NEG_EXP
+    if name == "ssm_mamba1_scan":
+        return M.OP_SSM_MAMBA1_SCAN
+    if name == "ssm_mamba2_ssd_ws":
+        return M.OP_SSM_MAMBA2_SSD_WS
     raise Error(String("mojolearn._native_gpu: nn_program_dev: unknown op ", name))
 
 

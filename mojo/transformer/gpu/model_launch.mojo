@@ -17,6 +17,15 @@ OPS (arguments as the gpu_ref_* entry of the same name, see _native_api.py)
     gemm_f32                                        gemm.gpu.launch.gemm_f32_resident
     gemm_int15                                      gemm.gpu.launch._int_launches[2]
     quantize_int15, dequantize_int8                 convert.gpu kernels
+    ssm_norm_lanes, ssm_conv, ssm_softplus,         ssm.gpu kernels (the Mamba model,
+    ssm_neg_exp, ssm_mamba1_scan,                   python/mojolearn/models/_ssm/gpu.py)
+    ssm_mamba2_ssd_ws
+    The SSM kernels are launched with one thread a coordinate of the CPU run's loops
+    (mojo/ssm/gpu/cpu_run.mojo): a row (norm_lanes), a (batch row, channel) (conv, the
+    Mamba-1 scan), an element (softplus, neg_exp); the SSD is three launches in
+    order, gram (a (batch row, chunk, row)), unit (a (batch row, head)), store_open
+    (a (batch row, open row)), on the Gram and per-thread scratch the Python driver
+    allocated as device buffers (the op's last two arguments).
     The int8-stored weights of fp32_v1 are widened by the existing dequantize kernel
     into a scratch float32 panel (rule L-6, exact: the materialized weights of M-26)
     that the fp32.v1 kernels then read; bf16 weights are read as bits by the fp32.v1
@@ -39,6 +48,11 @@ from transformer.gpu.kernels import (
 )
 from transformer.gpu.threads import attention_scale, rope_log_theta
 from transformer.gpu.model_kernels import gather_kernel, kv_append_kernel, sample_kernel, argmax_kernel
+from ssm.gpu.kernels import (
+    ssm_norm_lanes_kernel, ssm_conv_kernel, ssm_softplus_kernel, ssm_neg_exp_kernel,
+    mamba1_scan_kernel, ssd_gram_kernel, ssd_unit_kernel, ssd_store_open_kernel,
+)
+from ssm.gpu.threads import Q as SSD_Q
 
 comptime F = DType.float32
 comptime U32 = DType.uint32
@@ -61,6 +75,12 @@ comptime OP_GEMM_F32 = 10
 comptime OP_GEMM_INT15 = 11
 comptime OP_QUANTIZE_INT15 = 12
 comptime OP_DEQUANTIZE_INT8 = 13
+comptime OP_SSM_NORM_LANES = 14
+comptime OP_SSM_CONV = 15
+comptime OP_SSM_SOFTPLUS = 16
+comptime OP_SSM_NEG_EXP = 17
+comptime OP_SSM_MAMBA1_SCAN = 18
+comptime OP_SSM_MAMBA2_SSD_WS = 19
 
 
 def _f32(bits: Int) -> Float32:
@@ -227,8 +247,102 @@ def run_op(ctx: DeviceContext, op: Int, a: List[Int], at: Int) raises:
                 host_ptr[I8](a[at]), host_ptr[I32](a[at + 1]), host_ptr[F](a[at + 2]),
                 Int32(a[at + 3]), Int32(a[at + 4]), grid_dim=blocks_1d(total), block_dim=B1,
             )
+    elif op == OP_SSM_NORM_LANES:  # (x, ldx, w, out, ldo, rows, n, eps_bits)
+        var rows = a[at + 5]
+        if rows > 0:
+            ctx.enqueue_function[ssm_norm_lanes_kernel](
+                host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), host_ptr[F](a[at + 3]),
+                Int32(a[at + 4]), Int32(rows), Int32(a[at + 6]), _f32(a[at + 7]),
+                grid_dim=blocks_1d(rows), block_dim=B1,
+            )
+    elif op == OP_SSM_CONV:  # (x, ldx, w, bias, window, out, ldo, batch, length, channels, silu)
+        var total = a[at + 7] * a[at + 9]
+        if total > 0 and a[at + 8] > 0:
+            ctx.enqueue_function[ssm_conv_kernel](
+                host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), host_ptr[F](a[at + 3]),
+                host_ptr[F](a[at + 4]), host_ptr[F](a[at + 5]), Int32(a[at + 6]), Int32(a[at + 7]),
+                Int32(a[at + 8]), Int32(a[at + 9]), Int32(a[at + 10]),
+                grid_dim=blocks_1d(total), block_dim=B1,
+            )
+    elif op == OP_SSM_SOFTPLUS:  # (x, ldx, bias, out, ldo, rows, n, clamp, lo_bits, hi_bits)
+        var total = a[at + 5] * a[at + 6]
+        if total > 0:
+            ctx.enqueue_function[ssm_softplus_kernel](
+                host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), host_ptr[F](a[at + 3]),
+                Int32(a[at + 4]), Int32(a[at + 5]), Int32(a[at + 6]), Int32(a[at + 7]),
+                _f32(a[at + 8]), _f32(a[at + 9]), grid_dim=blocks_1d(total), block_dim=B1,
+            )
+    elif op == OP_SSM_NEG_EXP:  # (x, out, n)
+        var n = a[at + 2]
+        if n > 0:
+            ctx.enqueue_function[ssm_neg_exp_kernel](
+                host_ptr[F](a[at]), host_ptr[F](a[at + 1]), Int32(n),
+                grid_dim=blocks_1d(n), block_dim=B1,
+            )
+    elif op == OP_SSM_MAMBA1_SCAN:  # (u, ldu, delta, ldd, a, bc, ldbc, b_off, c_off, d, z, ldz, h, out, ldo, batch, length, di, sabotage)
+        if a[at + 18] != 0:
+            raise Error("mojolearn._native_gpu: nn_program_dev: ssm_mamba1_scan's sabotage is "
+                        "test support of the CPU run only; the device kernel has none")
+        var total = a[at + 15] * a[at + 17]
+        if total > 0 and a[at + 16] > 0:
+            ctx.enqueue_function[mamba1_scan_kernel](
+                host_ptr[F](a[at]), Int32(a[at + 1]), host_ptr[F](a[at + 2]), Int32(a[at + 3]),
+                host_ptr[F](a[at + 4]), host_ptr[F](a[at + 5]), Int32(a[at + 6]), Int32(a[at + 7]),
+                Int32(a[at + 8]), host_ptr[F](a[at + 9]), host_ptr[F](a[at + 10]),
+                Int32(a[at + 11]), host_ptr[F](a[at + 12]), host_ptr[F](a[at + 13]),
+                Int32(a[at + 14]), Int32(a[at + 15]), Int32(a[at + 16]), Int32(a[at + 17]),
+                grid_dim=blocks_1d(total), block_dim=B1,
+            )
+    elif op == OP_SSM_MAMBA2_SSD_WS:  # (xbc, ldx, dt, a, d, z, ldz, h, open_x, open_dt, seg, cs, out, ldo, batch, length, heads, di, q0, gmat, ws)
+        _ssd(ctx, a, at)
     else:
         raise Error(String("mojolearn._native_gpu: nn_program_dev: unknown op code ", op))
+
+
+def _ssd(ctx: DeviceContext, a: List[Int], at: Int) raises:
+    """The SSD's three launches in order (gram, unit, store_open), the Gram work and
+    the per-thread scratch the driver's device buffers a[at + 19], a[at + 20]."""
+    var batch = a[at + 14]
+    var length = a[at + 15]
+    var heads = a[at + 16]
+    var q0 = a[at + 18]
+    if q0 < 0 or q0 >= SSD_Q:
+        raise Error(String("mojolearn._native_gpu: nn_program_dev: ssm_mamba2_ssd_ws: q0 ", q0,
+                           " is not an open-row count < ", SSD_Q))
+    if batch <= 0 or length <= 0:
+        return
+    var nch = (q0 + length + SSD_Q - 1) // SSD_Q
+    var xbc = host_ptr[F](a[at])
+    var ldx = Int32(a[at + 1])
+    var dt = host_ptr[F](a[at + 2])
+    var av = host_ptr[F](a[at + 3])
+    var dv = host_ptr[F](a[at + 4])
+    var z = host_ptr[F](a[at + 5])
+    var ldz = Int32(a[at + 6])
+    var h = host_ptr[F](a[at + 7])
+    var ox = host_ptr[F](a[at + 8])
+    var odt = host_ptr[F](a[at + 9])
+    var seg = host_ptr[F](a[at + 10])
+    var cs = host_ptr[F](a[at + 11])
+    var g = host_ptr[F](a[at + 12])
+    var ldo = Int32(a[at + 13])
+    var gm = host_ptr[F](a[at + 19])
+    var ws = host_ptr[F](a[at + 20])
+    var di = Int32(a[at + 17])
+    ctx.enqueue_function[ssd_gram_kernel](
+        xbc, ldx, dt, av, dv, z, ldz, h, ox, odt, seg, cs, g, ldo, gm, Int32(batch), Int32(length),
+        Int32(heads), di, Int32(q0), grid_dim=blocks_1d(batch * nch * SSD_Q), block_dim=B1,
+    )
+    if heads > 0:
+        ctx.enqueue_function[ssd_unit_kernel](
+            xbc, ldx, dt, av, dv, z, ldz, h, ox, odt, seg, cs, g, ldo, gm, Int32(batch),
+            Int32(length), Int32(heads), di, Int32(q0), ws,
+            grid_dim=blocks_1d(batch * heads), block_dim=B1,
+        )
+    ctx.enqueue_function[ssd_store_open_kernel](
+        xbc, ldx, dt, av, dv, z, ldz, h, ox, odt, seg, cs, g, ldo, gm, Int32(batch), Int32(length),
+        Int32(heads), di, Int32(q0), grid_dim=blocks_1d(batch * SSD_Q), block_dim=B1,
+    )
 
 
 def _gemm_int15(

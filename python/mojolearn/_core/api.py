@@ -221,6 +221,10 @@ ENTRIES = (
                                      "open_dt", "seg", "cs", "out", "ldo", "batch", "length",
                                      "heads", "di", "q0"), "cpu",
           doc="S-19 .. S-28 by the GPU bodies (gram, unit, store_open)"),
+    Entry("gpu_ref_ssm_mamba2_ssd_ws", ("xbc", "ldx", "dt", "a", "d", "z", "ldz", "h", "open_x",
+                                        "open_dt", "seg", "cs", "out", "ldo", "batch", "length",
+                                        "heads", "di", "q0", "gmat", "ws"), "cpu",
+          doc="gpu_ref_ssm_mamba2_ssd with the caller's scratch (the GPU Mamba program's op)"),
     # the training ops' GPU bodies run on the CPU (mojo/train/gpu/cpu_run.mojo; the CPU
     # entries' tuples without tasks)
     Entry("gpu_ref_train_rms_norm_backward", ("dy", "x", "w", "dx", "dw", "rows", "d", "eps_bits"),

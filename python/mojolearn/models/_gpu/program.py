@@ -42,7 +42,7 @@ from .._exec import kernels as K
 from .._exec.device import DevBuf, DeviceTensor, upload
 from .._base.state import GenerationState
 
-__all__ = ["GpuModel", "DeviceGenerationState", "plan_bytes"]
+__all__ = ["GpuModel", "DeviceGenerationState", "DeviceOutputs", "DevProj", "plan_bytes"]
 
 
 def _proj_shapes(cfg):
@@ -264,7 +264,41 @@ class DeviceGenerationState(GenerationState):
         return super().__repr__()[:-1] + f", device='gpu')"
 
 
-class GpuModel:
+class DeviceOutputs:
+    """What a device model does with its logits buffer (the transformer's GpuModel and
+    the Mamba model's GpuMamba share it): choose the next tokens on the device, or
+    hand the logits back (host) or leave them there (a DeviceTensor). Needs
+    ``self.backend``."""
+
+    def choose(self, logits: DevBuf, rng) -> np.ndarray:
+        """The next token of each row of the logits, chosen on the device: greedy (rng
+        None: the first largest logit) or sampled (M-32, one draw of rng per row in row
+        order, as the CPU model draws them)."""
+        be = self.backend
+        rows, n = logits.shape
+        picks = be.alloc((rows,), np.int64)
+        if rng is None:
+            be.run([("nn_argmax", logits.addr, rows, n, picks.addr)])
+            return be.read(picks)
+        r = np.array([rng.random() for _ in range(rows)], dtype=np.float64)
+        if getattr(be, "api", None) == "metal":
+            # M-32 sums in float64, which Metal lacks: the logits come back and the CPU
+            # kernel of the same rule samples them (the same tokens)
+            return K.sample_rows(be.read(logits), r)
+        rd = upload(be, r)
+        be.run([("nn_sample", logits.addr, rows, n, rd.addr, picks.addr)])
+        out = be.read(picks)
+        if (out < 0).any():  # pragma: no cover - the kernel's Metal build, never launched
+            raise RuntimeError("mojolearn: the GPU sampling kernel did not run (Metal build)")
+        return out
+
+    def result(self, logits: DevBuf, shape, output):
+        if output == "device":
+            return DeviceTensor(logits, shape)
+        return self.backend.read(logits).reshape(shape)
+
+
+class GpuModel(DeviceOutputs):
     """The device half of a CausalLM made with device='gpu' (see the module docstring)."""
 
     def __init__(self, lm, backend, weights):
@@ -372,33 +406,6 @@ class GpuModel:
         finally:
             sc.done()
         return logits
-
-    def choose(self, logits: DevBuf, rng) -> np.ndarray:
-        """The next token of each row of the logits, chosen on the device: greedy (rng
-        None: the first largest logit) or sampled (M-32, one draw of rng per row in row
-        order, as the CPU model draws them)."""
-        be = self.backend
-        rows, n = logits.shape
-        picks = be.alloc((rows,), np.int64)
-        if rng is None:
-            be.run([("nn_argmax", logits.addr, rows, n, picks.addr)])
-            return be.read(picks)
-        r = np.array([rng.random() for _ in range(rows)], dtype=np.float64)
-        if getattr(be, "api", None) == "metal":
-            # M-32 sums in float64, which Metal lacks: the logits come back and the CPU
-            # kernel of the same rule samples them (the same tokens)
-            return K.sample_rows(be.read(logits), r)
-        rd = upload(be, r)
-        be.run([("nn_sample", logits.addr, rows, n, rd.addr, picks.addr)])
-        out = be.read(picks)
-        if (out < 0).any():  # pragma: no cover - the kernel's Metal build, never launched
-            raise RuntimeError("mojolearn: the GPU sampling kernel did not run (Metal build)")
-        return out
-
-    def result(self, logits: DevBuf, shape, output):
-        if output == "device":
-            return DeviceTensor(logits, shape)
-        return self.backend.read(logits).reshape(shape)
 
 
 def check_fits(cfg, lm, backend, source):

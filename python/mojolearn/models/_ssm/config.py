@@ -142,4 +142,27 @@ class MambaConfig:
                 f"{self.num_hidden_layers}:{self.time_step_limit}")
 
 
-__all__ = ["MambaConfig", "FAMILIES", "EPS"]
+Q = 256  # Mamba-2 chunk rows (S-3)
+
+
+def state_shapes(cfg: MambaConfig, batch: int) -> dict:
+    """name -> shape of every part of a decode state of ``batch`` sequences (S-26, S-27),
+    float32, in the layout the CPU state (MambaState) and the device state
+    (DeviceMambaState) share, so a saved state is the same file from either side:
+    per layer the conv window (batch, channels, 4) and h (Mamba-1 (batch, di, 16),
+    Mamba-2 (batch, H, 64, 128)); Mamba-2's open chunk: post-SiLU xBC rows (batch,
+    256, channels), dt (batch, 256, H), the segment-sum row (batch, H, 256) and the
+    cumulative sum (batch, H)."""
+    nl, di = cfg.num_hidden_layers, cfg.intermediate_size
+    out = {"state.conv": (nl, batch, cfg.conv_channels, 4)}
+    if cfg.family == "mamba1":
+        out["state.h"] = (nl, batch, di, 16)
+    else:
+        H = cfg.num_heads
+        out.update({"state.h": (nl, batch, H, 64, 128), "state.open_x": (nl, batch, Q, cfg.conv_channels),
+                    "state.open_dt": (nl, batch, Q, H), "state.seg": (nl, batch, H, Q),
+                    "state.cs": (nl, batch, H)})
+    return out
+
+
+__all__ = ["MambaConfig", "FAMILIES", "EPS", "Q", "state_shapes"]

@@ -14,13 +14,13 @@ import numpy as np
 from ..._table import modes as _modes
 from ..._table import profiles as _profiles
 from .._exec import kernels as K
+from .._exec.device import resolve as _resolve_device
 from .._base.inputs import count, state_size
 from .._load.loader import LazyWeights, _hf_entries, check_weights
 from .._transformer.block import Proj, check_weight_format
 from .._transformer.causal_lm import FAMILY_LOADERS, CausalLM
-from .config import EPS, MambaConfig
-
-Q = 256  # Mamba-2 chunk rows (S-3)
+from . import gpu as _gpu
+from .config import EPS, Q, MambaConfig, state_shapes
 MAX_TOKENS = 1 << 24  # a state's largest token count (no position table bounds a Mamba)
 STATE_KIND = "mamba_state.v1"
 _EPS_BITS = K.f32_bits(EPS)
@@ -143,19 +143,9 @@ class MambaState:
         self.batch_size, self.max_tokens, self.length = batch, max_tokens, 0
         self.numeric_mode = "identical"
         self.family = cfg.family
-        nl, di = cfg.num_hidden_layers, cfg.intermediate_size
-        z = lambda *s: np.zeros(s, dtype=np.float32)  # noqa: E731
-        self.conv = z(nl, batch, cfg.conv_channels, 4)
-        if cfg.family == "mamba1":
-            self.h = z(nl, batch, di, 16)
-            self.open_x = self.open_dt = self.seg = self.cs = None
-        else:
-            H = cfg.num_heads
-            self.h = z(nl, batch, H, 64, 128)
-            self.open_x = z(nl, batch, Q, cfg.conv_channels)
-            self.open_dt = z(nl, batch, Q, H)
-            self.seg = z(nl, batch, H, Q)
-            self.cs = z(nl, batch, H)
+        self.open_x = self.open_dt = self.seg = self.cs = None
+        for name, shape in state_shapes(cfg, batch).items():
+            setattr(self, name[len("state."):], np.zeros(shape, dtype=np.float32))
 
     def arrays(self) -> dict:
         """name -> array of every part of the state (the tensors save_state writes)."""
@@ -176,7 +166,13 @@ class MambaLM(CausalLM):
     these families; naming fixed15_v1 is refused by name). The calls of CausalLM:
     forward, allocate_state, step, generate, generate_text, save_state, resume, held,
     nbytes; prefill and token-by-token decode give the same bits (S-29).
-    ``weight_format`` packs the block projection matrices (S-30)."""
+    ``weight_format`` packs the block projection matrices (S-30). ``device`` as for the
+    transformer CausalLM: with "gpu" the weights are uploaded once, the decode state
+    lives in device memory and every call is one program of the GPU kernels
+    (_ssm/gpu.py), with the CPU model's bits; a GPU asked for and not available is
+    refused by name (RuntimeError) before anything is read or uploaded;
+    ``forward(..., output="device")`` leaves the logits there (a DLPack tensor); a
+    state moves between devices by save_state / resume (the same file)."""
 
     def __init__(self, config: MambaConfig, weights, *, weight_format="float32",
                  numeric_profile=None, max_positions=None, source="weights", _owned=False,
@@ -189,12 +185,7 @@ class MambaLM(CausalLM):
         self.numeric_profile = _profiles.resolve(numeric_profile, what="numeric_profile",
                                                  use="inference", family=config.family)
         self.weight_format = check_weight_format(weight_format)
-        if device not in (None, "cpu") or _device_backend is not None:
-            raise NotImplementedError(
-                f"mojolearn: CausalLM: a {config.family} model computes on the CPU in this "
-                f"version; device={device!r} is refused (the GPU bodies of the state-space "
-                f"ops are not written yet): pass device='cpu'")
-        self.device = "cpu"
+        self.device, backend = _resolve_device(device, "CausalLM", _device_backend)
         self._gpu = None
         self.config = cfg = config
         if max_positions is None:
@@ -214,6 +205,14 @@ class MambaLM(CausalLM):
                              f"{cfg.model_type} model of this config; nothing is dropped silently")
         get = lambda n: _f32(weights.pop(n), n, source)  # noqa: E731
         self._key = f"{cfg.fingerprint()}:{self.numeric_profile}:{self.weight_format}"
+        self.eps_bits = _EPS_BITS
+        self._rope = None
+        if backend is not None:
+            _gpu.check_fits(want, self, backend, source)  # before anything is uploaded
+            self._gpu = _gpu.GpuMamba(self, backend, get)
+            self.embed = self.head = self.norm = None
+            self.layers = []
+            return
         self.embed = get("backbone.embeddings.weight")
         head = self.embed if cfg.tie_word_embeddings else get("lm_head.weight")
         self.head = Proj(head, "fp32_v1", "float32", self.numeric_mode)
@@ -221,13 +220,14 @@ class MambaLM(CausalLM):
         self.norm = get("backbone.norm_f.weight")
         self.layers = [_Layer(get, f"backbone.layers.{i}.", cfg, self.weight_format,
                               self.numeric_mode) for i in range(cfg.num_hidden_layers)]
-        self.eps_bits = _EPS_BITS
-        self._rope = None
 
     @classmethod
     def load(cls, path, *, weight_format="float32", numeric_profile=None, max_positions=None,
              numeric_mode=None, device=None, _device_backend=None):
-        """A Hugging Face mamba / mamba2 folder (config.json + safetensors)."""
+        """A Hugging Face mamba / mamba2 folder (config.json + safetensors); ``device`` as
+        for the constructor (a GPU that is not available is refused before the folder is
+        read)."""
+        _resolve_device(device, "CausalLM.load", _device_backend)
         cfg = MambaConfig.from_file(os.path.join(os.fspath(path), "config.json"))
         _profiles.resolve(numeric_profile, what="numeric_profile", use="inference",
                           family=cfg.family)
@@ -245,7 +245,10 @@ class MambaLM(CausalLM):
 
     def held(self) -> dict:
         """Bytes held by format: "float32" (embedding, head, norms, conv, A, D, biases) and
-        the projections' format."""
+        the projections' format. On the GPU: the bytes held in device memory by the same
+        parts (a tied head shares the embedding's buffer)."""
+        if self._gpu is not None:
+            return self._gpu.held()
         out = {"float32": self.embed.nbytes + self.norm.nbytes}
         out[self.head.format] = out.get(self.head.format, 0) + self.head.nbytes()
         for layer in self.layers:
@@ -257,28 +260,33 @@ class MambaLM(CausalLM):
         """A new MambaState for batch_size sequences of up to max_tokens tokens."""
         batch_size, max_tokens = state_size(batch_size, max_tokens, self.max_positions,
                                             "CausalLM.allocate_state")
+        if self._gpu is not None:
+            return self._gpu.new_state(self._key, batch_size, max_tokens)
         return MambaState(self._key, self.numeric_profile, self.config, batch_size, max_tokens)
 
     def _check_state(self, state, B=None, L=0, func="CausalLM"):
-        if not isinstance(state, MambaState):
+        if not isinstance(state, (MambaState, _gpu.DeviceMambaState)):
             raise TypeError(f"mojolearn: {func}: state must come from allocate_state or resume "
                             f"of this model, got {type(state).__name__}")
+        if state.device != self.device:
+            where = "host memory (a CPU model's)" if state.device == "cpu" else "GPU memory"
+            raise ValueError(
+                f"mojolearn: {func}: state lives in {where}, but this model runs on "
+                f"{self.device!r}; a state is never copied between host and device on its own: "
+                f"save_state it with its model and resume it on this one (the same file on "
+                f"either device), or allocate_state on this model")
         if state.model_key != self._key:
             raise ValueError(f"mojolearn: {func}: state was made for another model or profile "
                              f"({state.model_key!r}); this model is {self._key!r}")
-        c, n = self.config, state.batch_size
-        shapes = {"state.conv": (c.num_hidden_layers, n, c.conv_channels, 4)}
-        if self.family == "mamba1":
-            shapes["state.h"] = (c.num_hidden_layers, n, c.intermediate_size, 16)
-        else:
-            H, nl = c.num_heads, c.num_hidden_layers
-            shapes.update({"state.h": (nl, n, H, 64, 128), "state.open_x": (nl, n, Q, c.conv_channels),
-                           "state.open_dt": (nl, n, Q, H), "state.seg": (nl, n, H, Q),
-                           "state.cs": (nl, n, H)})
-        for nm, shape in shapes.items():
+        n = state.batch_size
+        for nm, shape in state_shapes(self.config, n).items():
             a = state.arrays().get(nm)
-            if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
-                    and a.flags.c_contiguous and a.flags.writeable):
+            if self._gpu is not None:
+                ok = self._gpu.state_array_ok(a, shape)
+            else:
+                ok = (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
+                      and a.flags.c_contiguous and a.flags.writeable)
+            if not ok:
                 raise ValueError(f"mojolearn: {func}: state was changed from outside ({nm}); "
                                  f"only the model writes a state")
         _modes.check_resume(state.numeric_mode, self.numeric_mode, f"{func}: state")
@@ -294,6 +302,12 @@ class MambaLM(CausalLM):
         B, L = ids.shape
         state = self._state_for(ids, state, func)
         d, vocab = self.config.hidden_size, self.config.vocab_size
+        if self._gpu is not None:
+            logits = self._gpu.forward(ids, state, last_only)
+            self._advance(state, L)
+            if output == "buffer":  # generate: the tokens are chosen on the device
+                return logits
+            return self._gpu.result(logits, (B, 1 if last_only else L, vocab), output)
         x = K.gather(self.embed, ids.reshape(-1), np.empty((B * L, d), dtype=np.float32))
         q0 = state.length % Q
         for i, layer in enumerate(self.layers):
@@ -317,7 +331,7 @@ class MambaLM(CausalLM):
         if state.length > 1 << 24 or state.max_tokens > 1 << 24:
             raise ValueError("mojolearn: CausalLM.save_state: a state past 2**24 tokens is not "
                              "saved (its counts would not be exact in the file)")
-        t = dict(state.arrays())
+        t = self._gpu.state_to_host(state) if self._gpu is not None else dict(state.arrays())
         t["state.meta"] = meta
         checkpoint._save(path, t, self.numeric_profile,
                          {"mojolearn.kind": STATE_KIND, "mojolearn.model": c.fingerprint(),
@@ -356,17 +370,22 @@ class MambaLM(CausalLM):
         if not (batch >= 1 and 0 <= length <= tmax):
             raise ValueError(f"mojolearn: {where}: the state says length {length}, batch "
                              f"{batch}, max_tokens {tmax}; the file was edited")
-        st = MambaState(self._key, self.numeric_profile, c, batch, tmax)
-        arrays = st.arrays()
-        if sorted(w) != sorted(list(arrays) + ["state.meta"]):
+        shapes = state_shapes(c, batch)
+        if sorted(w) != sorted(list(shapes) + ["state.meta"]):
             raise ValueError(f"mojolearn: {where} holds the tensors {sorted(w)}; a "
-                             f"{self.family} state holds {sorted(list(arrays) + ['state.meta'])}")
-        for nm, a in arrays.items():
+                             f"{self.family} state holds {sorted(list(shapes) + ['state.meta'])}")
+        for nm, shape in shapes.items():
             v = np.asarray(w[nm])
-            if v.dtype != np.float32 or v.shape != a.shape:
+            if v.dtype != np.float32 or v.shape != shape:
                 raise ValueError(f"mojolearn: {where}: tensor {nm!r} is {v.dtype} {v.shape}, "
-                                 f"not float32 {a.shape}; the file was edited")
-            a[...] = v
+                                 f"not float32 {shape}; the file was edited")
+        if self._gpu is not None:
+            st = self._gpu.state_from_host(self._key, batch, tmax,
+                                           {nm: np.asarray(w[nm]) for nm in shapes})
+        else:
+            st = MambaState(self._key, self.numeric_profile, c, batch, tmax)
+            for nm, a in st.arrays().items():
+                a[...] = np.asarray(w[nm])
         st.length = length
         st.numeric_mode = mode
         return st
