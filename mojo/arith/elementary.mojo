@@ -9,7 +9,7 @@ without the CPU's DAZ mode (the GPU kernels run them without it).
 
 Rule ids: M-0 operations, M-5 sqrt, M-8 logf, M-9 sin/cos, M-14 expf, M-7 powf.
 """
-from std.math import fma, floor
+from std.math import fma, floor, sqrt as _hw_sqrt
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
 from arith.fp import _ftz, _fmaz, _is_nan, is_nan_bits, pow2_in_range, F32MIN_BITS, INF_BITS, QNAN_BITS, MAG_BITS, SIGN_BITS
@@ -51,6 +51,16 @@ def _sqrt_rn_pos[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
             best_r = better.select(r, best_r)
     var rb = bitcast[DType.uint32, w](best).cast[DType.int32]() + (k << 23)
     return bitcast[DType.float32, w](rb.cast[DType.uint32]())
+
+
+@always_inline
+def sqrt_nonneg_cpu[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """M-5's value for x >= +0 (or +inf), read flushed, from the CPU's IEEE square root
+    instruction (correctly rounded: the value _sqrt_rn_pos computes portably, which was
+    checked equal to IEEE sqrt on every input of [1, 4)). For CPU kernels whose operand
+    cannot be negative or NaN (Adam's second moment, T-31); a NaN or negative x gives a
+    NaN whose payload is the hardware's (not promised). GPU bodies use sqrt_rn."""
+    return _hw_sqrt(_ftz[w](x))
 
 
 @always_inline

@@ -20,7 +20,7 @@ from std.collections import Array
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from arith.fp import ftz, daz_in, daz_bits
 from arith.tree import leaf_size, leaf_count, chain_step, chain_step_daz, serial_add_daz
-from arith.elementary import mul, sqrt_rn, expf, logf
+from arith.elementary import mul, sqrt_rn, sqrt_nonneg_cpu, expf, logf
 from gemm.cpu.pack_f32 import transpose_sq
 
 comptime W = simd_width_of[DType.float32]()
@@ -651,7 +651,7 @@ def _adam_el[w: Int](p: F32Ptr, g: F32Ptr, m: F32Ptr, v: F32Ptr, j: Int, s: Adam
             gv = ftz(fma(V(s.wd), pv, gv))
     mv = ftz(fma(V(s.c1), gv, mul(V(s.b1), mv)))
     vv = ftz(fma(V(s.c2), mul(gv, gv), mul(V(s.b2), vv)))
-    var den = ftz(ftz(sqrt_rn(vv) / V(s.rt)) + V(s.eps))
+    var den = ftz(ftz(sqrt_nonneg_cpu[w](vv) / V(s.rt)) + V(s.eps))  # vv >= +0 (T-31)
     var q = ftz(mv / den)
     pv = ftz(fma(V(-s.step), q, pv))
     m.unsafe_offset(j).unsafe_store(0, mv)
