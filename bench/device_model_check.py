@@ -10,6 +10,9 @@ ARMS, in order (any bit that differs fails the run; the timings come after the b
   1 tiny    a tiny random checkpoint (written here) on the GPU vs the CPU model: fp32_v1
             and fixed15_v1 x float32 / bfloat16 / int8 weights, tied and untied heads;
             batch 3 prefill, prefill then 3 steps, greedy and sampled generation (seed)
+  1b mamba  tiny Mamba-1 and Mamba-2 checkpoints on the GPU vs the CPU MambaLM: a
+            300-token batch-2 prefill, prefill then steps, greedy and sampled generation,
+            float32 / bfloat16 / int8 projections
   2 sabotage  the tiny model on the GPU with one bit of its final norm weight flipped in
             device memory: its logits MUST differ from the CPU's (the comparison is
             seen failing), then the bit is put back and they must agree again
@@ -120,6 +123,33 @@ def tiny_arm(args, tmp):
                            cpu.generate(ids[:, :3], 4, greedy=False, seed=5))
                 report(f"tiny {'tied' if tied else 'untied'} {prof} {fmt}", ok)
     return path, cfg, ids
+
+
+def mamba_arm(args, tmp):
+    """1b: tiny Mamba-1 and Mamba-2 checkpoints (tests/mamba_oracle.py writes them) on the
+    GPU vs the CPU MambaLM: batch 2 prefill of 300 tokens (past one Mamba-2 chunk),
+    prefill then 4 steps, greedy and sampled generation, float32 / bfloat16 / int8."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import mamba_oracle as SO
+    from test_models_mamba import M1, M2
+
+    print("== 1b tiny Mamba models: GPU vs CPU", flush=True)
+    for name, cfg in (("mamba1", M1), ("mamba2", M2)):
+        path = os.path.join(tmp, name)
+        SO.write_checkpoint(path, dict(cfg), SO.random_weights(dict(cfg), seed=31))
+        ids = np.random.default_rng(4).integers(0, cfg["vocab_size"], size=(2, 300))
+        for fmt in FORMATS:
+            cpu = CausalLM.load(path, weight_format=fmt, device="cpu")
+            gpu = CausalLM.load(path, weight_format=fmt, **gpu_kw(args))
+            ok = same(gpu.forward(ids), cpu.forward(ids))
+            sc, sg = cpu.allocate_state(2, 304), gpu.allocate_state(2, 304)
+            ok &= same(gpu.forward(ids[:, :260], sg), cpu.forward(ids[:, :260], sc))
+            for t in range(260, 264):
+                ok &= same(gpu.step(ids[:, t:t + 1], sg), cpu.step(ids[:, t:t + 1], sc))
+            ok &= same(gpu.generate(ids[:, :5], 4), cpu.generate(ids[:, :5], 4))
+            ok &= same(gpu.generate(ids[:, :5], 4, greedy=False, seed=5),
+                       cpu.generate(ids[:, :5], 4, greedy=False, seed=5))
+            report(f"tiny {name} {fmt}", ok)
 
 
 def flip_norm_bit(lm):
@@ -336,6 +366,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         path, cfg, ids = tiny_arm(args, tmp)
+        mamba_arm(args, tmp)
         print("== 2 sabotage arm (tiny)", flush=True)
         sabotage_arm("tiny fp32_v1", path, ids, args, numeric_profile="fp32_v1")
         sabotage_arm("tiny fixed15_v1", path, ids, args, numeric_profile="fixed15_v1")

@@ -440,14 +440,14 @@ def _model_check():
 @pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfileSpeedWarning")
 def test_device_model_check_runs_every_arm_on_the_reference_backend(tmp_path, capsys):
     """bench/device_model_check.py (device_check's step 8) on the CPU run of the GPU
-    bodies: the tiny arms, the sabotage arm seen failing, and with a small checkpoint
+    bodies: the tiny arms (transformer and Mamba), the sabotage arm seen failing, and with a small checkpoint
     as the model the prefill / decode bits and the timing code; no result file."""
     dmc = _model_check()
     path, _ = dmc.tiny_checkpoint(str(tmp_path / "m"), True, 1)
     assert dmc.main(["--reference", "--model", path, "--prefill", "16", "--steps", "2",
                      "--reps", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("same bits") == 12 + 2 + 4 + 1 and out.count("DIFFER") == 3, out
+    assert out.count("same bits") == 12 + 6 + 2 + 4 + 1 and out.count("DIFFER") == 3, out
     assert "reference run of every arm ok" in out and not list(tmp_path.glob("*.json"))
 
 
