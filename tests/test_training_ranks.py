@@ -50,7 +50,8 @@ def test_T61_ranks_equal_one_process(models, tmp_path, arch, rows):
     tied head; uneven rows), 6 AdamW steps with a warmup-cosine schedule and clipping:
     every rank's losses, weights and optimizer state equal one process's on the whole
     batch after every step; a file saved by the ranks resumes in one process and one
-    saved by one process resumes on the ranks, the next steps equal."""
+    saved by one process resumes on the ranks, the next steps equal; save_model on the
+    ranks (rank 0 writes) loads with the trainer's logits."""
     spec = {"mode": "bits", "path": models[arch], "rows": rows, "length": 64, "steps": 6}
     r, lines = torchrun(len(rows), spec, tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:] + "\n".join(lines)

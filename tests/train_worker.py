@@ -120,6 +120,11 @@ def main():
         f_one = os.path.join(spec["tmpdir"], f"one{rank}.safetensors")
         tr.save(f_ranks)
         ref.save(f_one)
+        tr.save_model(os.path.join(spec["tmpdir"], "folder"))  # rank 0 writes, all wait
+        from mojolearn.models import CausalLM
+
+        same(CausalLM.load(os.path.join(spec["tmpdir"], "folder")).forward(batch[:1, :8]),
+             tr.model.forward(batch[:1, :8]), "save_model on the ranks")
         one = training.Trainer.resume(f_ranks)
         back = training.Trainer.resume(f_one, group=world)
         for s in range(spec["steps"], spec["steps"] + 2):

@@ -413,14 +413,19 @@ class Trainer:
 
     def save_model(self, directory):
         """A Hugging Face folder: config.json and model.safetensors (float32), which
-        CausalLM.load and transformers read."""
+        CausalLM.load and transformers read (with group=, rank 0 writes it and every rank
+        returns once it is written)."""
         directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        cfg = _config_dict(self.config)
-        with open(os.path.join(directory, "config.json"), "w") as f:
-            json.dump(cfg, f, indent=2, sort_keys=True)
-        _ckpt._save(os.path.join(directory, "model.safetensors"),
-                    {n: self.params.arrays[n] for n in self.params.names}, None, {"format": "pt"})
+        if self._comm is None or self._comm.rank == 0:  # with group=: rank 0 writes
+            os.makedirs(directory, exist_ok=True)
+            cfg = _config_dict(self.config)
+            with open(os.path.join(directory, "config.json"), "w") as f:
+                json.dump(cfg, f, indent=2, sort_keys=True)
+            _ckpt._save(os.path.join(directory, "model.safetensors"),
+                        {n: self.params.arrays[n] for n in self.params.names}, None,
+                        {"format": "pt"})
+        if self._comm is not None:
+            self._comm.barrier("the model folder's write")
 
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
