@@ -35,8 +35,15 @@ SHAPES = {
                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
                   rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=256,
                   tie_word_embeddings=True, use_sliding_window=False),
+    # stacked qkv_proj / gate_up_proj, rotary on 24 of 32, a window that never masks
+    "phi3": dict(model_type="phi3", vocab_size=280, hidden_size=128, intermediate_size=96,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=256,
+                 tie_word_embeddings=False, partial_rotary_factor=0.75, sliding_window=256,
+                 pad_token_id=None, bos_token_id=1, eos_token_id=2),
 }
-ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+        "phi3": "Phi3ForCausalLM"}
 
 
 def make_weights(cfg: dict, seed: int) -> dict:
@@ -75,7 +82,15 @@ def write_model(directory, arch: str, seed: int = 0) -> str:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(cfg, f)
-    save_file(make_weights(cfg, seed), os.path.join(directory, "model.safetensors"))
+    w = make_weights(cfg, seed)
+    if arch == "phi3":  # the checkpoint stacks q/k/v and gate/up
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [w.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+            w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")])
+    save_file(w, os.path.join(directory, "model.safetensors"))
     return str(directory)
 
 

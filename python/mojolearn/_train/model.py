@@ -23,7 +23,7 @@ from .._ops import calls as _calls
 from . import kernels as TK
 
 IGNORE = -100
-TRAINED_TYPES = ("llama", "mistral", "qwen2")
+TRAINED_TYPES = ("llama", "mistral", "qwen2", "phi3")
 
 
 def _mm(a, b, out, m, n, k, ta=0, tb=0):
@@ -55,6 +55,10 @@ def _empty(*shape):
 def layer_names(cfg, i: int) -> list:
     """The checkpoint names of layer i's parameters, in the trainer's order."""
     p = f"model.layers.{i}."
+    if cfg.model_type == "phi3":  # the checkpoint's stacked q/k/v and gate/up (M-34)
+        return [p + "input_layernorm.weight", p + "self_attn.qkv_proj.weight",
+                p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
+                p + "mlp.gate_up_proj.weight", p + "mlp.down_proj.weight"]
     names = [p + "input_layernorm.weight"]
     for w in ("q", "k", "v"):
         names.append(p + f"self_attn.{w}_proj.weight")
@@ -113,6 +117,10 @@ class Params:
     def _views(self, i, qkv, gu, bias, nq, nk):
         p = f"model.layers.{i}."
         ff = gu.shape[0] // 2
+        if self.cfg.model_type == "phi3":
+            self.arrays[p + "self_attn.qkv_proj.weight"] = qkv
+            self.arrays[p + "mlp.gate_up_proj.weight"] = gu
+            return
         self.arrays[p + "self_attn.q_proj.weight"] = qkv[:nq]
         self.arrays[p + "self_attn.k_proj.weight"] = qkv[nq:nq + nk]
         self.arrays[p + "self_attn.v_proj.weight"] = qkv[nq + nk:]

@@ -33,8 +33,8 @@ def _bits_f32(bits: int) -> float:
 
 
 class Trainer:
-    """Fine-tune a transformer ``CausalLM`` with the same bits on every CPU build and
-    thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*).
+    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, phi3) with the same bits
+    on every CPU build and thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*).
 
     ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None, eps=None,
     momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None, progress=False,
@@ -76,10 +76,10 @@ class Trainer:
             raise NotImplementedError(
                 f"mojolearn: Trainer: model_type {cfg.model_type!r} is not trained in this "
                 f"version; the trainer computes {', '.join(M.TRAINED_TYPES)}")
-        if cfg.qk_norm or cfg.rotary_dim != cfg.head_dim:
+        if cfg.qk_norm:
             raise NotImplementedError(
-                f"mojolearn: Trainer: model_type {cfg.model_type!r} with per-head q/k norms or "
-                f"partial rotary is not trained in this version")
+                f"mojolearn: Trainer: model_type {cfg.model_type!r} with per-head q/k norms "
+                f"(M-33) is not trained in this version")
         if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
             raise ValueError(f"mojolearn: Trainer: optimizer={optimizer!r}; use one of "
                              f"{', '.join(repr(k) for k in OPTIMIZERS)}")
@@ -139,6 +139,11 @@ class Trainer:
         if B == 0 or L < 2:
             raise ValueError(f"mojolearn: Trainer.{func}: ids of shape {ids.shape}: each row "
                              f"needs at least 2 tokens (a token and its next)")
+        window = self.config.sliding_window
+        if window is not None and L > window:
+            raise ValueError(f"mojolearn: Trainer.{func}: {L} tokens are past the model's "
+                             f"sliding_window {window}, where its attention would mask; rows "
+                             f"of at most {window} tokens are trained")
         if L > self.config.max_position_embeddings:
             raise ValueError(f"mojolearn: Trainer.{func}: {L} tokens are past the model's "
                              f"max_position_embeddings {self.config.max_position_embeddings}")
@@ -287,6 +292,10 @@ class Trainer:
             g = folded[p + "bias"].reshape(-1)
             lo, hi = {"q": (0, nq), "k": (nq, nq + nk), "v": (nq + nk, nq + 2 * nk)}[rest[0]]
             return np.ascontiguousarray(g[lo:hi])
+        if rest == "qkv_proj.weight":
+            return np.ascontiguousarray(folded[p + "qkv"])
+        if rest == "gate_up_proj.weight":
+            return np.ascontiguousarray(folded[p + "gu"])
         if rest in ("gate_proj.weight", "up_proj.weight"):
             g = folded[p + "gu"]
             return np.ascontiguousarray(g[:ff] if rest.startswith("gate") else g[ff:])
@@ -390,6 +399,13 @@ class Trainer:
         for name, arr in ckpt.weights.items():
             if name.startswith("weight."):
                 weights[name[len("weight."):]] = np.asarray(arr)
+        from ..models._load.loader import split_fused
+
+        missing = [n for n in M.param_names(cfg) if "weight." + n not in ckpt.weights]
+        if missing:
+            raise ValueError(f"mojolearn: Trainer.resume: the file lacks weight {missing[0]!r}; "
+                             f"it was not written by Trainer.save for this model")
+        weights = split_fused(cfg, weights)  # phi3's stacked q/k/v and gate/up: their rows
         sched = json.loads(meta["schedule"])
         sched = None if sched is None else _schedule.schedule_from_dict(sched)
         self = cls.__new__(cls)
@@ -402,9 +418,6 @@ class Trainer:
         self._setup(cfg, weights, o["kind"], lr, wd, args.get("betas"), args.get("eps"),
                     args.get("momentum"), sched,
                     json.loads(meta["max_norm"]), progress, group, timeout)
-        missing = [n for n in self.params.names if n not in weights]
-        if missing:
-            raise ValueError(f"mojolearn: Trainer.resume: the file lacks weight {missing[0]!r}")
         self.optimizer.load_state_dict({
             "t": o["t"], "exp_avg": np.asarray(ckpt.weights["optimizer.exp_avg"]),
             "exp_avg_sq": np.asarray(ckpt.weights["optimizer.exp_avg_sq"]),
@@ -428,7 +441,8 @@ class Trainer:
             self._comm.barrier("the model folder's write")
 
 
-ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+        "phi3": "Phi3ForCausalLM"}
 
 
 def _config_dict(cfg) -> dict:
@@ -445,6 +459,10 @@ def _config_dict(cfg) -> dict:
     }
     if cfg.model_type == "qwen2":
         d["use_sliding_window"] = False
+    if cfg.model_type == "phi3":
+        d["partial_rotary_factor"] = cfg.rotary_dim / cfg.head_dim
+        d["sliding_window"] = cfg.sliding_window
+        d["rope_scaling"] = None
     return d
 
 
