@@ -7,7 +7,6 @@
     torch.optim.AdamW (its default foreach path)."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -51,8 +51,10 @@ def models(tmp_path_factory):
             "phi3": write_model(d / "phi3", dict(PHI3), tiny_weights(PHI3, seed=7))}
 
 
-def torchrun(nproc, spec, tmp_path, timeout=900):
-    """Run tests/parallel_worker.py on nproc ranks; its stdout lines."""
+def run_torchrun(nproc, spec, tmp_path, worker, timeout=900):
+    """Run tests/<worker> on nproc ranks (one thread each) with spec (plus tmpdir) as its
+    SPEC.json: (the torchrun CompletedProcess, the lines the ranks wrote to
+    tmpdir/rank<r>.txt, in rank order)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     spec = dict(spec, tmpdir=str(tmp_path))
     f = tmp_path / "spec.json"
@@ -60,14 +62,20 @@ def torchrun(nproc, spec, tmp_path, timeout=900):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + str(ROOT / "tests"),
                MOJOLEARN_NUM_THREADS="1", OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        f"--nproc-per-node={nproc}", str(ROOT / "tests" / "parallel_worker.py"),
+                        f"--nproc-per-node={nproc}", str(ROOT / "tests" / worker),
                         str(f)], capture_output=True, text=True, timeout=timeout, env=env,
                        cwd=tmp_path)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     out = []
     for rank in range(nproc):
         f = tmp_path / f"rank{rank}.txt"
         out += f.read_text().splitlines() if f.exists() else []
+    return r, out
+
+
+def torchrun(nproc, spec, tmp_path, timeout=900):
+    """Run tests/parallel_worker.py on nproc ranks; its stdout lines."""
+    r, out = run_torchrun(nproc, spec, tmp_path, "parallel_worker.py", timeout)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     return out
 
 

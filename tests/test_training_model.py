@@ -4,7 +4,6 @@ float32 rounding, and the bits do not move with the thread count, the CPU build,
 micro-batch split or a save and resume."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess

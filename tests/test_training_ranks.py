@@ -4,8 +4,6 @@ optimizer state; files move between N ranks and one process; a rank that dies is
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,27 +11,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+from test_parallel import run_torchrun  # noqa: E402
 from test_training_model import write_model  # noqa: E402
 
 pytest.importorskip("torch")
 
 
 def torchrun(nproc, spec, tmp_path, timeout=900):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    spec = dict(spec, tmpdir=str(tmp_path))
-    f = tmp_path / "spec.json"
-    f.write_text(json.dumps(spec))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + str(ROOT / "tests"),
-               MOJOLEARN_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        f"--nproc-per-node={nproc}", str(ROOT / "tests" / "train_worker.py"),
-                        str(f)], capture_output=True, text=True, timeout=timeout, env=env,
-                       cwd=tmp_path)
-    lines = []
-    for rank in range(nproc):
-        p = tmp_path / f"rank{rank}.txt"
-        lines += p.read_text().splitlines() if p.exists() else []
-    return r, lines
+    """tests/train_worker.py on nproc ranks: (the torchrun result, the ranks' lines)."""
+    return run_torchrun(nproc, spec, tmp_path, "train_worker.py", timeout)
 
 
 @pytest.fixture(scope="module")

@@ -327,7 +327,6 @@ def _attention_backward(s, dctx, dq, dk, dqkv, B, L, nh, kvh, hd, rep, scale, nq
     """T-48 .. T-51 per (batch row, key/value head): the rep query heads that read it
     stacked head after head (rows r * L + i)."""
     n = rep * L
-    ldq = nq + 2 * nk
     q4 = s.q.reshape(B, L, nh, hd)
     d4 = dctx.reshape(B, L, nh, hd)
     dq4 = dq.reshape(B, L, nh, hd)

@@ -12,7 +12,6 @@ import numpy as np
 
 from .._ops import ksplit as _ksplit
 from ..models._transformer.parallel import _Comm, _torch_dist
-from . import kernels as TK
 
 
 def _leaf(k: int) -> int:
@@ -88,7 +87,7 @@ class Ranks(_Comm):
                 f"mojolearn: Trainer.{func}: rank {bad[0]}'s tokens start at {int(starts[bad[0]])} "
                 f"of the batch's {T}, not on a multiple of the fp32.v1 leaf {leaf} (contract "
                 f"6.7): give every rank a multiple of {leaf} tokens (rows x length), e.g. "
-                f"{_hint(T, L, leaf, self.world)}")
+                f"{_hint(L, leaf)}")
         return T, int(starts[self.rank]), rows, int(sum(int(g[2]) for g in got))
 
     def fold(self, sums, T, starts_stops, losses, dx, ids_flat, d):
@@ -147,12 +146,7 @@ class Ranks(_Comm):
                 np.ascontiguousarray(np.concatenate(all_ids).astype(np.int64)))
 
 
-def _hint(T, L, leaf, world):
+def _hint(L, leaf):
     per = -(-leaf // L)
     return f"{per} rows of {L} tokens a rank" if leaf % L == 0 else \
         f"rows of a length that divides {leaf}"
-
-
-def chain(dy, ids, acc):
-    """T-13 over every rank's tokens in rank order: the one process's chain."""
-    return TK.embedding_backward_into(dy, ids, acc)

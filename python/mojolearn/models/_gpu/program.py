@@ -266,9 +266,33 @@ class DeviceGenerationState(GenerationState):
 
 class DeviceOutputs:
     """What a device model does with its logits buffer (the transformer's GpuModel and
-    the Mamba model's GpuMamba share it): choose the next tokens on the device, or
-    hand the logits back (host) or leave them there (a DeviceTensor). Needs
-    ``self.backend``."""
+    the Mamba model's GpuMamba share it): the program's tail (the last rows, the final
+    norm, the head, the run), then choose the next tokens on the device, or hand the
+    logits back (host) or leave them there (a DeviceTensor). Needs ``self.backend``,
+    ``self.scratch``, ``self.norm`` and ``self.head``."""
+
+    def _finish(self, ops, x, B, L, d, V, last_only, eps_bits):
+        """Append the tail to ops (x: the residual stream of B x L rows of d), run the
+        program and return the new logits buffer ((B, V) when last_only)."""
+        be, sc = self.backend, self.scratch
+        rows = B * L
+        src, n = x, rows
+        if last_only and L > 1:
+            sel = upload(be, np.arange(L - 1, rows, L, dtype=np.int64))
+            xl = sc.get("x_last", B * d)
+            ops.append(("nn_gather", x.addr, sel.addr, xl.addr, B, d))
+            src, n = xl, B
+        elif last_only:
+            n = B
+        hn = sc.get("hn", n * d)
+        ops.append(("nn_rmsnorm", src.addr, self.norm.addr, hn.addr, n, d, eps_bits))
+        logits = be.alloc((n, V), np.float32)  # a new buffer: a DeviceTensor may keep it
+        self.head.ops(ops, hn.addr, n, logits.addr, sc)
+        try:
+            be.run(ops)
+        finally:
+            sc.done()
+        return logits
 
     def choose(self, logits: DevBuf, rng) -> np.ndarray:
         """The next token of each row of the logits, chosen on the device: greedy (rng
@@ -389,23 +413,7 @@ class GpuModel(DeviceOutputs):
         for i, layer in enumerate(self.layers):
             self._layer_ops(ops, layer, x.addr, B, L, pos0, state.kt.at(i * per_kt),
                             state.v.at(i * per_kt), tmax, rows)
-        src, n = x, rows
-        if last_only and L > 1:
-            sel = upload(be, np.arange(L - 1, rows, L, dtype=np.int64))
-            xl = sc.get("x_last", B * d)
-            ops.append(("nn_gather", x.addr, sel.addr, xl.addr, B, d))
-            src, n = xl, B
-        elif last_only:
-            n = B
-        hn = sc.get("hn", n * d)
-        ops.append(("nn_rmsnorm", src.addr, self.norm.addr, hn.addr, n, d, self.eps_bits))
-        logits = be.alloc((n, V), np.float32)  # a new buffer: a DeviceTensor may keep it
-        self.head.ops(ops, hn.addr, n, logits.addr, sc)
-        try:
-            be.run(ops)
-        finally:
-            sc.done()
-        return logits
+        return self._finish(ops, x, B, L, d, V, last_only, self.eps_bits)
 
 
 def check_fits(cfg, lm, backend, source):

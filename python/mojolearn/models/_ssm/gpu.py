@@ -279,20 +279,4 @@ class GpuMamba(DeviceOutputs):
         ops = [("nn_gather", self.embed.addr, ids_buf.addr, x.addr, rows, d)]
         for i, layer in enumerate(self.layers):
             self._layer_ops(ops, i, layer, x.addr, B, L, state, q0)
-        src, n = x, rows
-        if last_only and L > 1:
-            sel = upload(be, np.arange(L - 1, rows, L, dtype=np.int64))
-            xl = sc.get("x_last", B * d)
-            ops.append(("nn_gather", x.addr, sel.addr, xl.addr, B, d))
-            src, n = xl, B
-        elif last_only:
-            n = B
-        hn = sc.get("hn", n * d)
-        ops.append(("nn_rmsnorm", src.addr, self.norm.addr, hn.addr, n, d, _EPS_BITS))  # S-11
-        logits = be.alloc((n, V), np.float32)  # a new buffer: a DeviceTensor may keep it
-        self.head.ops(ops, hn.addr, n, logits.addr, sc)
-        try:
-            be.run(ops)
-        finally:
-            sc.done()
-        return logits
+        return self._finish(ops, x, B, L, d, V, last_only, _EPS_BITS)  # S-11 norm
