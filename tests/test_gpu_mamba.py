@@ -22,6 +22,7 @@ from mojolearn._core import api, device as _device
 from mojolearn.models import CausalLM
 from mojolearn.models._exec.device import DeviceTensor, ReferenceBackend
 from mojolearn.models._ssm import gpu as G
+from test_gpu_model import states_move_between_devices
 from test_models_mamba import M1, M1_TIED, M2, M2_LIMIT
 
 pytestmark = pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfileSpeedWarning")
@@ -142,28 +143,9 @@ def test_state_saved_on_one_side_resumes_on_the_other(models, tmp_path, name, fm
     """S-26, S-27, S-29: a state saved by the CPU model resumes on the GPU path and the
     other way round; the two files hold the same tensors and the next steps give the
     same bits."""
-    from mojolearn import checkpoint
-
     path, cfg = models[name]
     cpu, gpu = pair(path, fmt)
-    ids = _ids(cfg, 2, 9, seed=50)
-    st_c, st_g = cpu.allocate_state(2, 9), gpu.allocate_state(2, 9)
-    cpu.forward(ids[:, :6], st_c)
-    gpu.forward(ids[:, :6], st_g)
-    cpu.save_state(tmp_path / "c.safetensors", st_c)
-    gpu.save_state(tmp_path / "g.safetensors", st_g)
-    a = checkpoint.load(tmp_path / "c.safetensors").weights
-    b = checkpoint.load(tmp_path / "g.safetensors").weights
-    assert sorted(a) == sorted(b)
-    for k in a:
-        assert_same_bits(np.asarray(b[k]), np.asarray(a[k]), k)
-    on_gpu = gpu.resume(tmp_path / "c.safetensors")
-    on_cpu = cpu.resume(tmp_path / "g.safetensors")
-    assert on_gpu.device == "gpu" and on_cpu.device == "cpu" and "device='gpu'" in repr(on_gpu)
-    for t in range(6, 9):
-        want = cpu.step(ids[:, t:t + 1], st_c)
-        assert_same_bits(gpu.step(ids[:, t:t + 1], on_gpu), want, f"cpu -> gpu, step {t}")
-        assert_same_bits(cpu.step(ids[:, t:t + 1], on_cpu), want, f"gpu -> cpu, step {t}")
+    states_move_between_devices(cpu, gpu, _ids(cfg, 2, 9, seed=50), tmp_path)
 
 
 def test_device_output_is_a_dlpack_tensor_without_copy(models):

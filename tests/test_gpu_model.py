@@ -151,16 +151,23 @@ def test_state_saved_on_one_side_resumes_on_the_other(models, tmp_path, profile,
     round; the files hold the same tensors and the next steps the same bits."""
     path, cfg = models["hd24_tied"]
     cpu, gpu = pair(path, profile, fmt)
-    ids = ids_for(cfg, 2, 9, seed=50)
+    states_move_between_devices(cpu, gpu, ids_for(cfg, 2, 9, seed=50), tmp_path)
+
+
+def states_move_between_devices(cpu, gpu, ids, tmp_path):
+    """ids (2, 9): 6 tokens prefilled on each side, each side's state saved; the two files
+    hold the same tensors; each resumes on the other side and 3 more steps give the CPU's
+    bits (also used by tests/test_gpu_mamba.py)."""
+    from mojolearn import checkpoint
+
     st_c, st_g = cpu.allocate_state(2, 9), gpu.allocate_state(2, 9)
     cpu.forward(ids[:, :6], st_c)
     gpu.forward(ids[:, :6], st_g)
     cpu.save_state(tmp_path / "c.safetensors", st_c)
     gpu.save_state(tmp_path / "g.safetensors", st_g)
-    from mojolearn import checkpoint
-
     a = checkpoint.load(tmp_path / "c.safetensors").weights
     b = checkpoint.load(tmp_path / "g.safetensors").weights
+    assert sorted(a) == sorted(b)
     for k in a:
         assert_same_bits(np.asarray(b[k]), np.asarray(a[k]), k)
     on_gpu = gpu.resume(tmp_path / "c.safetensors")
