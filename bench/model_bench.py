@@ -168,7 +168,7 @@ def run_models(B, threads, quick, torch):
                       {"mojolearn": torch_identical, "torch": torch_fwd}, peer="torch",
                       settle=("torch",))
         if trow:
-            trow["note"] = "ratio = off / on (< 1: the mode is slower); sdpa, which takes its math path in the mode"
+            trow["note"] = "ratio = off / on (< 1: the mode is slower); sdpa runs the fused causal attention kernel in the mode"
     # decode: greedy tokens per second from a 32-token prompt
     new = 8 if quick else 32
     p = ids[:, :32]

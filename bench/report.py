@@ -57,6 +57,8 @@ CPU_ROWS = [
      ["causallm;smollm2-135m;decode;32"]),
     ("`mojolearn.torch` mode on vs off, transformers SmolLM2-135M prefill",
      ["torch-identical;smollm2-135m;prefill;512"]),
+    ("`mojolearn.torch` mode on vs off, transformers SmolLM2-135M AdamW step, 256 tokens",
+     ["torch-identical;smollm2-135m;adamw-step;256"]),
     ("numeric_mode fast over identical: fp32.v1 1024³ / 2048³ NN, SmolLM2 prefill / decode",
      [("matmul;fp32.v1;NN;1024;1024;1024", "fast"), ("matmul;fp32.v1;NN;2048;2048;2048", "fast"),
       ("causallm;smollm2-135m;prefill;512", "fast"), ("causallm;smollm2-135m;decode;32", "fast")]),

@@ -109,6 +109,25 @@ def run_training(B, threads, quick, torch, model_dir):
            {"mojolearn": lambda: tr.step(ids), "torch": torch_step}, peer="torch",
            settle=("torch",),
            extra={"loss_rel_diff_vs_torch": abs(l0 - t0) / abs(t0), "peak_rss_mb": peak})
+    if not quick:
+        # the cost of identity inside torch for training: the same transformers step with
+        # mojolearn.torch.identical() on (products fp32.v1 forward and backward, the
+        # fused attention with the training contract's backward) vs off
+        import mojolearn.torch as mtorch
+
+        def identical_step():
+            with mtorch.identical():
+                return torch_step()
+
+        print(f"transformers SmolLM2-135M one AdamW step, batch 1 x {n}: "
+              "mojolearn.torch.identical() on vs off")
+        trow = B.case(f"torch-identical;smollm2-135m;adamw-step;{n}", "transformers training step",
+                      "fp32.v1 inside torch", (1, n),
+                      {"mojolearn": identical_step, "torch": torch_step}, peer="torch",
+                      settle=("torch",))
+        if trow:
+            trow["note"] = ("ratio = off / on (< 1: the mode is slower); forward, backward, "
+                            "clip and torch.optim.AdamW, the step taken on one model by both")
     import train_ranks_bench
 
     train_ranks_bench.run(B, model_dir, quick)

@@ -199,6 +199,7 @@ def attention(q, k, v, pos0, profile, head_dim):
     """One (batch, head): q (L, hd) rotated, k (T, hd) rotated keys, v (T, hd)."""
     L = q.shape[0]
     T = k.shape[0]
+    v = ftz(v)  # every operand flushed as it is loaded (the products flush q and k)
     s = proj(q, k, profile)  # M-11 / M-21
     s = mul(s, attn_scale(head_dim))
     qpos = pos0 + np.arange(L)

@@ -26,9 +26,22 @@ WHAT FALLS THROUGH, WHAT IS REFUSED
     Tensors that are not float32 (float64, complex, bfloat16, integers) fall through
     to torch's own kernels unchanged. Float32 products this version does not compute
     (``REFUSED``: ``addmv``, ``addbmm``, ``addr``, torch's fused CPU attention
-    kernel) raise ValueError by name. While the mode is on, torch's CPU
-    ``scaled_dot_product_attention`` takes its math path, whose products are
-    ``aten::bmm``.
+    kernel) raise ValueError by name.
+
+ATTENTION (rules M-6, M-11..M-15; backward T-47..T-51)
+    ``aten::scaled_dot_product_attention`` (registered at CPU and AutogradCPU, as
+    torch's is a composite) on float32 CPU tensors (batch, heads, length, head_dim)
+    runs the models' fused causal attention kernel, the bits of ``CausalLM``'s
+    attention, when the call is a causal prefill (``is_causal`` with as many queries
+    as keys) or one query over all the keys (a decode step), with no mask tensor, no
+    dropout, the query heads an even multiple of the key/value heads
+    (``enable_gqa``), the default scale or one whose float32 is M-6's
+    ``div(1, sqrt(head_dim))``, under numeric mode identical. With a gradient wanted
+    (a causal prefill), the backward is the training contract's attention backward
+    (the bits of ``mojolearn.training.Trainer``'s): the weights recomputed by the
+    forward's functions, the softmax backward T-49, every product fp32.v1 under
+    numeric mode identical wherever ``backward()`` is called. Every other call takes
+    torch's math path, whose products (``aten::bmm``) and softmax are the mode's.
 
 ELEMENTWISE
     ``aten::silu`` (float32) runs the models' SiLU kernel (rule M-17 of the ops

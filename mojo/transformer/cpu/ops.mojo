@@ -269,9 +269,26 @@ def softmax_rows(x: F32Ptr, dst: F32Ptr, n: Int, log: Bool, r0: Int, r1: Int):
                 j += 1
 
 
+comptime MR = 8  # rows whose serial sums run side by side in one vector's lanes
+
+
 def mean_rows(x: F32Ptr, dst: F32Ptr, n: Int, r0: Int, r1: Int):
-    """M-30: acc = +0; acc = add(acc, x_j) for j ascending; mean = div(acc, f32(n))."""
-    for r in range(r0, r1):
+    """M-30: acc = +0; acc = add(acc, x_j) for j ascending; mean = div(acc, f32(n)).
+    MR rows at a time, one row a lane: each lane is that row's own chain, in order."""
+    comptime FR = SIMD[DType.float32, MR]
+    var r = r0
+    while r + MR <= r1:
+        var acc = FR(0)
+        for j in range(n):
+            var v = FR(0)
+            comptime for i in range(MR):
+                v[i] = x.unsafe_load((r + i) * n + j)
+            acc = ftz(acc + ftz(v))
+        var m = ftz(acc / FR(Float32(n)))
+        comptime for i in range(MR):
+            dst.unsafe_store(r + i, m[i])
+        r += MR
+    for r in range(r, r1):
         var acc = F1(0)
         for j in range(n):
             acc = ftz(acc + ftz(F1(x.unsafe_load(r * n + j))))

@@ -26,7 +26,7 @@ REFUSED = ("aten::addmv", "aten::addbmm", "aten::addr",
 """Float32 aten products without a kernel here: refused by name while the mode is on."""
 ELEMENTWISE_COVERED = ("aten::silu", "aten::_softmax (last dim)",
                        "aten::_log_softmax (last dim)", "aten::mean.dim (last dim)",
-                       "aten::rms_norm")
+                       "aten::rms_norm", "aten::scaled_dot_product_attention (causal)")
 """The elementwise and reduction ops the mode runs on the contract's kernels
 (float32 CPU tensors; other dimensions and dtypes fall through).
 """
@@ -103,15 +103,16 @@ def _operand(x):
     return x, False
 
 
-def _product(a, b):
-    """fp32.v1 of a @ b (2-D or batched) as a mojolearn.Array."""
+def _product(a, b, mode=None):
+    """fp32.v1 of a @ b (2-D or batched) as a mojolearn.Array, under ``mode`` (default:
+    the numeric mode in force)."""
     a, ta = _operand(a)
     b, tb = _operand(b)
     if ta and tb:  # one flag at a time (rule 7): the other operand is byte-copied
         a, ta = a.transpose(-1, -2), False
     from .._table import modes
 
-    with modes.using(numeric_mode()):
+    with modes.using(mode or numeric_mode()):
         return _linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
 
 
@@ -379,6 +380,121 @@ def _rms_norm(ks, x, normalized_shape, weight=None, eps=None):
     return _rms_norm_compute(x, normalized_shape, weight, eps)
 
 
+def _sdpa_fused(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """The (pos0, ...) of the models' attention kernel (M-6, M-11..M-15) when this
+    sdpa call is one it computes, else None (the call takes torch's math path, whose
+    products and softmax are the mode's): float32 CPU 4-D (batch, heads, length,
+    head_dim) tensors, no mask tensor, no dropout, under numeric mode identical, the
+    scale M-6's (the float32 of 1/sqrt(head_dim) equal to div(1, sqrt(head_dim))),
+    and a causal pattern the kernel's mask is: ``is_causal`` with as many queries as
+    keys (pos0 = 0), or one query over all the keys (decode, pos0 = keys - 1)."""
+    if not _cpu_only(q, k, v) or attn_mask is not None or dropout_p != 0.0:
+        return None
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or numeric_mode() != "identical":
+        return None
+    b, h, length, hd = q.shape
+    bk, hk, nkeys, hdk = k.shape
+    if tuple(v.shape) != (bk, hk, nkeys, hd) or bk != b or hdk != hd or hd == 0 or hd > 1024:
+        return None
+    if length == 0 or nkeys == 0 or b == 0 or hk == 0 or h % hk or (h != hk and not enable_gqa):
+        return None
+    if is_causal and length == nkeys:
+        pos0 = 0
+    elif not is_causal and length == 1:
+        pos0 = nkeys - 1
+    else:
+        return None
+    if scale is not None and _f32_bits(scale) != _native().nn_attn_scale((hd,)):
+        return None
+    return pos0
+
+
+def _sdpa_compute(q, k, v, pos0):
+    """out (batch, heads, length, head_dim), a transposed view of (batch, length, heads *
+    head_dim) memory, by the models' attention kernel. q is read in place when it lies
+    as (batch, length, heads, head_dim) rows (transformers' layout), else copied so;
+    the keys are copied transposed (batch, kv_heads, head_dim, keys) and the values
+    contiguous: byte copies."""
+    b, h, length, hd = q.shape
+    hk, nkeys = k.shape[1], k.shape[2]
+    q = _resolved(q)
+    qs = q.stride()
+    # the kernel reads head j of query i of sequence s at (s * length + i) * ldq + j * hd
+    ldq = qs[0] if length == 1 else qs[2]
+    if not (qs[3] == 1 and qs[1] == hd and (b == 1 or qs[0] == length * ldq)
+            and ldq >= h * hd):
+        q, ldq = q.transpose(1, 2).contiguous(), h * hd
+    kt = _resolved(k).transpose(2, 3).contiguous()
+    vc = _dense(v)
+    out = _torch.empty((b, length, h * hd), dtype=_torch.float32)
+    _native().nn_attention((q.data_ptr(), ldq, kt.data_ptr(), vc.data_ptr(), out.data_ptr(),
+                            b, length, h, hk, hd, pos0, nkeys, 0, _threads()))
+    return out.view(b, length, h, hd).transpose(1, 2)
+
+
+class _SdpaGrad(_torch.autograd.Function):
+    """The fused causal attention (pos0 = 0) with the training contract's backward
+    (T-47 .. T-51 of contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, the trainer's): the
+    weights P recomputed by the forward's functions (T-47); per (batch row, key/value
+    head), its query heads stacked head after head (rows r * L + i): dP = dO V^T (T-48),
+    dS = the softmax backward times the scale (T-49), dQ = dS K (T-50), dK = dS^T Q
+    and dV = P^T dO (T-51), every product fp32.v1 under numeric mode identical
+    wherever backward() is called."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return _sdpa_compute(q, k, v, 0)
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v = ctx.saved_tensors
+        b, h, length, hd = q.shape
+        hk = k.shape[1]
+        rep = h // hk
+        n = rep * length
+        qm = _resolved(q).transpose(1, 2).contiguous()       # (b, length, h, hd)
+        kt = _resolved(k).transpose(2, 3).contiguous()       # (b, hk, hd, length)
+        p = _torch.empty((b, h, length, length), dtype=_torch.float32)
+        _native().train_attn_probs((qm.data_ptr(), h * hd, kt.data_ptr(), p.data_ptr(), b,
+                                    length, h, hk, hd, _threads()))
+        qs = _resolved(q).contiguous().view(b * hk, n, hd)  # heads of a group stacked
+        do = _dense(g).view(b * hk, n, hd)
+        vv = _dense(v).view(b * hk, length, hd)
+        kk = _dense(k).view(b * hk, length, hd)
+        ps = p.view(b * hk, n, length)
+        dp = _tensor(_product(do, vv.transpose(1, 2), "identical"))          # T-48
+        ds = _torch.empty_like(dp)
+        _native().train_softmax_bwd((p.data_ptr(), dp.data_ptr(), ds.data_ptr(),
+                                     b * h * length, length,
+                                     _native().nn_attn_scale((hd,)), _threads()))  # T-49
+        dq = _tensor(_product(ds, kk, "identical"))                            # T-50
+        dk = _tensor(_product(ds.transpose(1, 2), qs, "identical"))            # T-51
+        dv = _tensor(_product(ps.transpose(1, 2), do, "identical"))
+        return (dq.view(b, h, length, hd), dk.view(b, hk, length, hd),
+                dv.view(b, hk, length, hd))
+
+
+def _sdpa(ks, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+          scale=None, enable_gqa=False):
+    """aten::scaled_dot_product_attention: the models' fused causal attention kernel
+    (M-6, M-11..M-15: fp32.v1 scores, M-6's scale, the mask, the serial softmax, P.V
+    chains) where ``_sdpa_fused`` says it applies; with a gradient wanted (a causal
+    prefill, pos0 = 0) its backward is the training contract's (``_SdpaGrad``).
+    Anything else takes torch's math path (products bmm, softmax M-28: the mode's
+    kernels). Registered at CPU and AutogradCPU (torch's is a composite)."""
+    pos0 = _sdpa_fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    grad = _torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    if pos0 is None or (grad and pos0 != 0):
+        return _torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+            enable_gqa=enable_gqa)[0]
+    _calls["mojolearn"] += 1
+    if grad:
+        return _SdpaGrad.apply(query, key, value)
+    return _sdpa_compute(query, key, value, pos0)
+
+
 def _out_variant(name, compute):
     def kernel(ks, *args, out, **kwargs):
         if not _ours(out, *[x for x in args if isinstance(x, _torch.Tensor)]):
@@ -408,7 +524,7 @@ def _refuse(name):
 
 # ops whose torch kernel is a CompositeImplicitAutograd composite: also registered at
 # AutogradCPU, where torch would otherwise decompose them before reaching a CPU kernel
-_AUTOGRAD_TOO = ("rms_norm",)
+_AUTOGRAD_TOO = ("rms_norm", "scaled_dot_product_attention")
 
 _KERNELS = {
     "mm": _mm,
@@ -425,6 +541,7 @@ _KERNELS = {
     "_log_softmax": _softmax_like("_log_softmax", True),
     "mean.dim": _mean_dim,
     "rms_norm": _rms_norm,
+    "scaled_dot_product_attention": _sdpa,
     "addmv": _refuse("addmv"),
     "addbmm": _refuse("addbmm"),
     "addr": _refuse("addr"),
