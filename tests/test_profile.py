@@ -49,3 +49,22 @@ def test_profile_command_runs(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "CausalLM.forward, prefill 16" in r.stdout and "products" in r.stdout
     assert "CausalLM.generate, 3 tokens" in r.stdout
+
+
+def test_timed_torch_mode_splits_the_kernels():
+    """The torch mode's timers: products, and each native kernel by name (a causal sdpa is
+    the fused attention, nn_attention); the mode's functions are restored after."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    import mojolearn.torch as mt
+    from mojolearn._torch import mode as M
+
+    q = torch.randn(1, 2, 6, 8)
+    with mt.identical():
+        with P.timed_torch_mode() as rec:
+            torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            q[0, 0] @ q[0, 1].T
+    assert rec["products"] > 0 and set(rec["by_kernel"]) == {"nn_attention"}
+    assert rec["kernels"] == pytest.approx(sum(rec["by_kernel"].values()))
+    assert M._product.__name__ == "_product"

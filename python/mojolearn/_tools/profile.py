@@ -130,10 +130,11 @@ def torch_profile(fn, top: int = 10) -> str:
 @contextlib.contextmanager
 def timed_torch_mode():
     """Times, inside mojolearn.torch.identical(), the products (fp32.v1 through linalg)
-    and the mode's kernel calls; yields {"products": s, "kernels": s}."""
+    and the mode's kernel calls; yields {"products": s, "kernels": s, "by_kernel":
+    {native entry: s}} (the fused attention is "nn_attention")."""
     from .._torch import mode as M
 
-    rec = {"products": 0.0, "kernels": 0.0}
+    rec = {"products": 0.0, "kernels": 0.0, "by_kernel": {}}
     prod, nat = M._product, M._native
 
     def product(*a, **kw):
@@ -155,7 +156,9 @@ def timed_torch_mode():
                 try:
                     return f(*a, **kw)
                 finally:
-                    rec["kernels"] += time.perf_counter() - t0
+                    dt = time.perf_counter() - t0
+                    rec["kernels"] += dt
+                    rec["by_kernel"][name] = rec["by_kernel"].get(name, 0.0) + dt
             return call
 
     M._product = product
@@ -231,6 +234,8 @@ def main(argv=None) -> int:
               f"({wall / plain:.2f}x torch alone): products {rec['products'] * 1e3:.1f} ms, "
               f"the mode's kernels {rec['kernels'] * 1e3:.1f} ms, torch's ops, dispatch and "
               f"copies {rest * 1e3:.1f} ms")
+        by = sorted(rec["by_kernel"].items(), key=lambda kv: -kv[1])
+        print("  the mode's kernels: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in by))
     return 0
 
 
