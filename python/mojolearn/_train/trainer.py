@@ -72,17 +72,20 @@ class Trainer:
             name = sorted(unexpected)[0]
             raise TypeError(f"mojolearn: Trainer: unexpected argument {name!r}")
         self.numeric_profile = _profiles.require_training("numeric_profile", numeric_profile)
-        cfg, weights = _weights_of(lm)
-        self._setup(cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
-                    lr_schedule, max_norm, progress, group, timeout)
+        where, backend = "cpu", None
         if device is not None or _device_backend is not None:
             from ..models._exec.device import resolve
 
             where, backend = resolve(device, "Trainer", _device_backend)
-            if where == "gpu":
-                from . import device as _device_step
+        cfg, weights = _weights_of(lm)
+        if where == "gpu":
+            from . import device as _device_step
 
-                self._dev = _device_step.DeviceTrainStep(self, backend)
+            _device_step.refuse(cfg, "Trainer", max_norm, group)
+        self._setup(cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
+                    lr_schedule, max_norm, progress, group, timeout)
+        if where == "gpu":
+            self._dev = _device_step.DeviceTrainStep(self, backend)
 
     def _setup(self, cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
                lr_schedule, max_norm, progress, group=None, timeout=300.0):
