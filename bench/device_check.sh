@@ -53,6 +53,11 @@
 #           and sabotage arms through the CPU run of the GPU bodies (--reference).
 #           A machine without the SmolLM2 file fails this step naming the figures owed
 #           (DEVICE_CHECK_ALLOW_NO_MODEL=1 accepts that)
+#   8b      the training step on the GPU (bench/device_train_check.py): 20 AdamW steps
+#           (warmup-cosine, clip) of tiny llama and qwen2 models GPU vs the CPU Trainer bit
+#           for bit after every step, a sabotage arm (the clip's coefficient skipped) seen
+#           failing, then the time of a step, written to bench/results/train-gpu-*.json.
+#           With --cpu-half: 3 steps through the CPU run of the GPU bodies (--reference)
 # --cpu-half also checks this script's syntax (bash -n), that every Python block in it
 # parses, and runs bench/gpu_gemm_check.py bits / time with the CPU build standing in.
 # Environment: PY, MOJO (default .venv/bin/...), BENCH_TIMEOUT (seconds, default 180),
@@ -75,7 +80,7 @@ while [ $# -gt 0 ]; do
         --arch) ARCH="$2"; shift ;;
         --prebuilt) PREBUILT="$2"; shift ;;
         --model) MODEL="$2"; shift ;;
-        -h|--help) sed -n '2,58p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,63p' "$0"; exit 0 ;;
         *) echo "device_check: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -196,6 +201,8 @@ EOF
     step "8 the models' GPU path through the CPU run of its bodies (tiny, sabotage arm)"
     "$PY" bench/device_model_check.py --reference 2>&1 | { grep -v -e SpeedWarning -e '_profiles.resolve' || true; }
     [ "${PIPESTATUS[0]}" = 0 ] || { echo "device_check: step 8 (reference) FAILED" >&2; exit 1; }
+    step "8b the training step's GPU path through the CPU run of its bodies (3 steps, sabotage arm)"
+    "$PY" bench/device_train_check.py --reference --steps 3
     echo
     echo "device_check: cpu half ok ($(( $(date +%s) - T0 ))s)"
     exit 0
@@ -414,7 +421,15 @@ timeout "$MODEL_TIMEOUT" "$PY" bench/device_model_check.py --arch "$ARCH" --out 
 MODEL_RC=${PIPESTATUS[0]}
 set -e
 
+# ---------------------------------------------------------------- 8b the training step on the GPU
+step "8b the training step on the GPU: 20 AdamW steps GPU vs CPU, sabotage arm, time (timeout ${MODEL_TIMEOUT}s)"
+set +e
+timeout "$MODEL_TIMEOUT" "$PY" bench/device_train_check.py --arch "$ARCH" --out "$WORK"
+TRAIN_RC=$?
+set -e
+
 mkdir -p "${DEVICE_CHECK_OUT:-$ROOT/bench/results}"
+cp "$WORK"/train-gpu-*.json "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
 cp "$WORK"/bench-gpu-*.json "$WORK"/resident-gpu-*.json "$WORK"/gemm-gpu-*.json "$WORK"/model-gpu-*.json "$WORK"/fast-gpu-*.json \
     "${DEVICE_CHECK_OUT:-$ROOT/bench/results}/" 2>/dev/null || true
 
@@ -424,6 +439,10 @@ if [ "$FAST_FAIL" != 0 ]; then
 fi
 if [ "$RES_FAIL" != 0 ]; then
     echo "device_check: step 6b / 6c (device-resident operands, GEMM bars) FAILED; see above" >&2
+    exit 1
+fi
+if [ "$TRAIN_RC" != 0 ]; then
+    echo "device_check: step 8b (the training step on the GPU) FAILED (status $TRAIN_RC); see above" >&2
     exit 1
 fi
 if [ "$MODEL_RC" = 3 ] && [ "${DEVICE_CHECK_ALLOW_NO_MODEL:-0}" = 1 ]; then

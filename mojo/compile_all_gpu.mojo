@@ -79,7 +79,7 @@ from train.gpu.kernels import (
     softmax_bwd_kernel,
     silu_mul_bwd_kernel,
     attn_probs_kernel,
-    fold_div_kernel,
+    fold_div_kernel, neg_kernel,
 )
 
 comptime F32 = DType.float32
@@ -221,6 +221,7 @@ def compile_target[tgt: StaticString](kind: String) raises -> Tally:
     _one[silu_mul_bwd_kernel, tgt]("train_silu_mul_bwd", kind, t)
     _one[attn_probs_kernel, tgt]("train_attn_probs", kind, t)
     _one[fold_div_kernel, tgt]("train_fold_div", kind, t)
+    _one[neg_kernel, tgt]("train_neg", kind, t)
     if String(tgt) == "apple-m3":
         t.notes.append(
             "sample: M-32 sums in float64, which Metal lacks; the Apple build of the kernel"

@@ -110,3 +110,5 @@ def gpu_ref_train_softmax_bwd(args: tuple[int, int, int, int, int, int], /) -> N
 def gpu_ref_train_silu_mul_bwd(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (gu: int, ldgu: int, dp: int, ldp: int, dgu: int, rows: int, ff: int)
 def gpu_ref_train_attn_probs(args: tuple[int, int, int, int, int, int, int, int, int], /) -> None: ...  # (q: int, ldq: int, kt: int, p: int, batch: int, length: int, n_heads: int, n_kv: int, head_dim: int)
 def gpu_ref_train_fold_div(args: tuple[int, int, int], /) -> int: ...  # (x: int, n: int, d_bits: int)
+def gpu_ref_train_fold_div_into(args: tuple[int, int, int, int], /) -> None: ...  # (x: int, n: int, d_bits: int, dst: int)
+def gpu_ref_train_neg(args: tuple[int, int, int], /) -> None: ...  # (x: int, out: int, n: int)

@@ -24,6 +24,9 @@ ENTRIES (one tuple of ints each; Python has validated every argument)
     gpu_ref_train_silu_mul_bwd((gu, ldgu, dp, ldp, dgu, rows, ff))
     gpu_ref_train_attn_probs((q, ldq, kt, p, batch, length, n_heads, n_kv, head_dim))
     gpu_ref_train_fold_div((x, n, d_bits)) -> bits
+    gpu_ref_train_fold_div_into((x, n, d_bits, dst)): the same into dst[0] (a program's op:
+                           the loss stays in device memory until the driver reads it)
+    gpu_ref_train_neg((x, out, n)): T-1's neg by elements
 """
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
@@ -38,7 +41,7 @@ from train.gpu.threads import (
     embedding_bwd_thread, ce_row_thread, ce_grad_thread, clip_leaf_thread, clip_norm_thread,
     clip_total, clip_scale_thread, tree_sum_thread, adam_thread, sgd_thread,
     softmax_bwd_c_thread, softmax_bwd_thread, silu_mul_bwd_thread, attn_probs_thread,
-    fold_div_thread, is_finite,
+    fold_div_thread, neg_thread, is_finite,
 )
 
 
@@ -268,6 +271,23 @@ def gpu_ref_train_fold_div(args: PythonObject) raises -> PythonObject:
     return PythonObject(r)
 
 
+def gpu_ref_train_fold_div_into(args: PythonObject) raises -> PythonObject:
+    """(x, n, d_bits, dst): T-17, T-58; dst[0] = div(fold(k = n)(x), d)."""
+    var old = enter_ieee_mode()
+    fold_div_thread(ptr_f32(_arg(args, 0)), _arg(args, 1), _f32(_arg(args, 2)), ptr_f32(_arg(args, 3)))
+    leave_ieee_mode(old)
+    return PythonObject(None)
+
+
+def gpu_ref_train_neg(args: PythonObject) raises -> PythonObject:
+    """(x, out, n): T-1's neg by elements (the sign bit flipped, exact)."""
+    var old = enter_ieee_mode()
+    for e in range(_arg(args, 2)):
+        neg_thread(ptr_f32(_arg(args, 0)), ptr_f32(_arg(args, 1)), e)
+    leave_ieee_mode(old)
+    return PythonObject(None)
+
+
 def register_train_gpu_reference(mut m: PythonModuleBuilder) raises:
     m.def_function[gpu_ref_train_rms_norm_backward]("gpu_ref_train_rms_norm_backward")
     m.def_function[gpu_ref_train_fold_rows]("gpu_ref_train_fold_rows")
@@ -282,3 +302,5 @@ def register_train_gpu_reference(mut m: PythonModuleBuilder) raises:
     m.def_function[gpu_ref_train_silu_mul_bwd]("gpu_ref_train_silu_mul_bwd")
     m.def_function[gpu_ref_train_attn_probs]("gpu_ref_train_attn_probs")
     m.def_function[gpu_ref_train_fold_div]("gpu_ref_train_fold_div")
+    m.def_function[gpu_ref_train_fold_div_into]("gpu_ref_train_fold_div_into")
+    m.def_function[gpu_ref_train_neg]("gpu_ref_train_neg")

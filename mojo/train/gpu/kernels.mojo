@@ -26,6 +26,7 @@ row's chain) belongs to one thread.
     silu_mul_bwd_kernel      one thread per element (T-52)
     attn_probs_kernel        one thread per (batch, head, query) (T-47)
     fold_div_kernel          one thread (T-17, T-58)
+    neg_kernel               one thread per element (T-1's neg)
 """
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from common.gpu import gid_x, stride_x
@@ -34,7 +35,7 @@ from train.gpu.threads import (
     embedding_bwd_thread, ce_row_thread, ce_grad_thread, clip_leaf_thread, clip_norm_thread,
     clip_scale_thread, tree_sum_thread, adam_thread, sgd_thread,
     softmax_bwd_c_thread, softmax_bwd_thread, silu_mul_bwd_thread, attn_probs_thread,
-    fold_div_thread,
+    fold_div_thread, neg_thread,
 )
 
 
@@ -187,3 +188,10 @@ def attn_probs_kernel(q: F32Ptr, ldq: Int32, kt: F32Ptr, p: F32Ptr, batch: Int32
 def fold_div_kernel(x: F32Ptr, n: Int64, d: Float32, dst: F32Ptr):
     if gid_x() == 0:
         fold_div_thread(x, Int(n), d, dst)
+
+
+def neg_kernel(x: F32Ptr, dst: F32Ptr, n: Int64):
+    var e = gid_x()
+    while e < Int(n):
+        neg_thread(x, dst, e)
+        e += stride_x()

@@ -39,6 +39,7 @@ LAYOUT OF THE BODIES
     attn_probs_thread       unit (b, h, i): T-47 through the forward's own body
                             (transformer.gpu.threads.attention_weights)
     fold_div_thread         one thread: T-17 / T-58, div(fold(k = n)(x), d)
+    neg_thread              element e: T-1's neg, the sign bit flipped (exact, no flush)
 """
 from std.math import fma
 from std.memory import bitcast
@@ -527,3 +528,10 @@ def fold_div_thread(x: F32Ptr, n: Int, d: Float32, dst: F32Ptr):
             acc = ftz(acc + ld(x, i))
         root = tree_push(slots, acc, lf, nl)
     dst.unsafe_store(0, ftz(root / fz(d))[0])
+
+
+def neg_thread(x: F32Ptr, dst: F32Ptr, e: Int):
+    """T-1's neg, element e: dst[e] = x[e] with its sign bit flipped (exact; neg(+0) = -0;
+    nothing flushed, as the CPU's train_neg): the RoPE backward's negated sine table."""
+    var b = bitcast[DType.uint32, 1](F1(x.unsafe_load(e)))[0] ^ UInt32(0x80000000)
+    dst.unsafe_store(e, bitcast[DType.float32, 1](SIMD[DType.uint32, 1](b))[0])

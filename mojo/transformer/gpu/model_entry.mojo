@@ -8,7 +8,8 @@ validated every argument; addresses of device memory come from dev_alloc)
     dev_zero((address, nbytes))              dev_memory(()) -> (free, total)
     nn_program_dev((ops,)): ops a list of tuples (name, arg, ...): the name of a
         gpu_ref_* entry of the CPU extension without its prefix and that entry's
-        arguments (model_launch.mojo). The list is read first (names to codes), then
+        arguments (model_launch.mojo; the training step's train_* ops:
+        train/gpu/launch.mojo). The list is read first (names to codes), then
         the GIL is released and every op is enqueued in order on one context, which
         is waited for before the call returns.
 
@@ -19,6 +20,7 @@ ERRORS
 from std.python import Python, PythonObject
 from max.gpu.host import DeviceContext
 import transformer.gpu.model_launch as M
+import train.gpu.launch as TL
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -90,6 +92,9 @@ def op_code(name: String) raises -> Int:
         return M.OP_SSM_MAMBA1_SCAN
     if name == "ssm_mamba2_ssd_ws":
         return M.OP_SSM_MAMBA2_SSD_WS
+    var t = TL.train_op_code(name)
+    if t >= 0:
+        return t
     raise Error(String("mojolearn._native_gpu: nn_program_dev: unknown op ", name))
 
 
@@ -205,7 +210,10 @@ def nn_program_dev(args: PythonObject) raises -> PythonObject:
         var ctx = _context()
         var at = 0
         while at < len(flat):
-            M.run_op(ctx, flat[at], flat, at + 2)
+            if flat[at] >= TL.TRAIN_BASE:
+                TL.run_train_op(ctx, flat[at], flat, at + 2)
+            else:
+                M.run_op(ctx, flat[at], flat, at + 2)
             at += 2 + flat[at + 1]
         ctx.synchronize()
     except e:

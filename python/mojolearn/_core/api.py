@@ -255,6 +255,10 @@ ENTRIES = (
                                        "head_dim"), "cpu", doc="T-47"),
     Entry("gpu_ref_train_fold_div", ("x", "n", "d_bits"), "cpu", "int",
           "T-17, T-58: the float32 bits of div(fold(k = n)(x), d)"),
+    Entry("gpu_ref_train_fold_div_into", ("x", "n", "d_bits", "dst"), "cpu",
+          doc="T-17, T-58: dst[0] = div(fold(k = n)(x), d) (the training program's loss op)"),
+    Entry("gpu_ref_train_neg", ("x", "out", "n"), "cpu",
+          doc="T-1's neg: every sign bit flipped (the RoPE backward's sine table)"),
     # GPU module only
     Entry("device_info", (), "gpu", "tuple", "(api, device name)"),
     Entry("gemm_f32_resident", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",

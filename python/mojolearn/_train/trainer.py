@@ -43,7 +43,12 @@ class Trainer:
     checkpoint) or the path of one. None means the optimizer's default (weight_decay:
     AdamW 0.01, Adam and SGD 0; betas (0.9, 0.999) and eps 1e-8 for Adam / AdamW;
     momentum 0 for SGD); an argument the optimizer does not take is refused. ``group``:
-    a torch.distributed group to train on its ranks (T-61; docs/training.md). The profile is resolved for training: fp32_v1, whatever
+    a torch.distributed group to train on its ranks (T-61; docs/training.md). ``device``:
+    None (the default: the CPU, whatever the process device), "cpu", "gpu" / "gpu:0" or
+    "auto" (the GPU when this install has a GPU build that runs here): on the
+    GPU path each ``step`` runs as device programs (_train/device.py: llama, mistral,
+    qwen2; one process; accumulation=1; max_norm given; the CPU trainer's bits), and
+    what it does not cover is refused by name. The profile is resolved for training: fp32_v1, whatever
     the process inference default is; a profile that has not passed for training is
     refused by name.
 
@@ -61,14 +66,26 @@ class Trainer:
 
     def __init__(self, lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None,
                  eps=None, momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None,
-                 progress=False, group=None, timeout=300.0, **unexpected):
+                 progress=False, group=None, timeout=300.0, device=None,
+                 _device_backend=None, **unexpected):
         if unexpected:
             name = sorted(unexpected)[0]
             raise TypeError(f"mojolearn: Trainer: unexpected argument {name!r}")
         self.numeric_profile = _profiles.require_training("numeric_profile", numeric_profile)
+        where, backend = "cpu", None
+        if device is not None or _device_backend is not None:
+            from ..models._exec.device import resolve
+
+            where, backend = resolve(device, "Trainer", _device_backend)
         cfg, weights = _weights_of(lm)
+        if where == "gpu":
+            from . import device as _device_step
+
+            _device_step.refuse(cfg, "Trainer", max_norm, group)
         self._setup(cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
                     lr_schedule, max_norm, progress, group, timeout)
+        if where == "gpu":
+            self._dev = _device_step.DeviceTrainStep(self, backend)
 
     def _setup(self, cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
                lr_schedule, max_norm, progress, group=None, timeout=300.0):
@@ -125,6 +142,7 @@ class Trainer:
         self._rope = None
         self._comm = None
         self._scratch = None
+        self._dev = None  # the GPU path's device half (_train/device.py), when chosen
         if group is not None:
             from . import ranks as _ranks
 
@@ -309,9 +327,16 @@ class Trainer:
             bufs.append(self.params.grads_like())
         return bufs[a]
 
+    def _cpu_only(self, func):
+        if self._dev is not None:
+            raise NotImplementedError(
+                f"mojolearn: Trainer.{func}: the GPU path runs step() only in this version; "
+                f"make a Trainer with device='cpu' (the same bits) for {func}()")
+
     def gradients(self, ids, labels=None, accumulation=1):
         """The gradients of the mean next-token loss by checkpoint name (new arrays), no
         step taken."""
+        self._cpu_only("gradients")
         ids, targets, count = self._batch(ids, labels, "gradients")
         A = self._check_accumulation(accumulation, *ids.shape, "gradients")
         _loss, grads = self._compute(ids, targets, count, A, func="gradients")
@@ -319,6 +344,7 @@ class Trainer:
 
     def loss(self, ids, labels=None):
         """The mean next-token loss of ids under the current weights (a float32 value)."""
+        self._cpu_only("loss")
         ids, targets, count = self._batch(ids, labels, "loss")
         return self._compute(ids, targets, count, 1, want=False, func="loss")[0]
 
@@ -328,8 +354,16 @@ class Trainer:
         t0 = time.perf_counter()
         ids, targets, count = self._batch(ids, labels, "step")
         A = self._check_accumulation(accumulation, *ids.shape, "step")
-        loss, grads = self._compute(ids, targets, count, A)
-        self.optimizer.step(grads, max_norm=self.max_norm)
+        if self._dev is not None:
+            if A != 1:
+                raise NotImplementedError(
+                    f"mojolearn: Trainer.step: accumulation={A} is not run on the GPU path in "
+                    f"this version (one batch a step); pass accumulation=1 or train with "
+                    f"device='cpu'")
+            loss = self._dev.step(ids, targets, count)
+        else:
+            loss, grads = self._compute(ids, targets, count, A)
+            self.optimizer.step(grads, max_norm=self.max_norm)
         self.last_loss = loss
         self._model = None
         if self._progress and self.optimizer.t % self._progress == 0:
