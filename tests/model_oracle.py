@@ -222,7 +222,8 @@ def attention(q, k, v, pos0, profile, head_dim):
 
 
 def silu_mul(g, u):
-    sg = div(g, add(expf(-a32(g)), F(1)))
+    g, u = ftz(g), ftz(u)  # every operand flushed as it is loaded
+    sg = div(g, add(expf(-g), F(1)))
     return mul(sg, u)
 
 

@@ -433,3 +433,24 @@ def test_softmax_log_softmax_mean_rows(n):
     for log in (False, True):
         assert_same_bits(K.softmax_rows(x, log=log), MO.softmax_rows(x, log=log), f"log={log}")
     assert_same_bits(K.mean_rows(x), MO.mean_rows(x), "mean")
+
+
+@pytest.mark.parametrize("ff", [1, 15, 16, 17, 63, 64, 65, 200])
+def test_silu_mul_rows_against_the_oracle(ff):
+    """M-17: the SiLU gate product (four vectors a step, then one, then the tail
+    element-wise: ff on both sides of 16 and 64) against the oracle, with NaN, +-inf,
+    +-0, subnormal, huge and tiny gates and values, for 1 and 2 threads."""
+    from mojolearn.models._exec import kernels as K
+
+    rng = np.random.default_rng(ff)
+    gu = (rng.standard_normal((9, 2 * ff)) * 6).astype(np.float32)
+    edge = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 100.0, -100.0,
+                     88.8, -87.4, 1e-30, 3e38], dtype=np.float32)
+    flat = gu[:4].reshape(-1)
+    flat[:min(flat.size, 40)] = np.resize(edge, min(flat.size, 40))
+    gu[4, ff:] = np.resize(edge[::-1], ff)
+    want = MO.silu_mul(gu[:, :ff], gu[:, ff:])
+    for n in (1, 2):
+        mojolearn.set_num_threads(n)
+        got = K.silu_mul(gu, ff, np.empty((9, ff), np.float32))
+        assert_same_bits(got, want, f"silu_mul ff={ff} threads={n}")
