@@ -319,17 +319,18 @@ print(h.hexdigest()[:16])
 """
 
 
-def test_T59_every_cpu_build_gives_the_same_steps(models):
-    """T-59 (identity): 20 AdamW steps with a warmup-cosine schedule and clipping give the
-    same losses and weights on every CPU build this CPU runs (MOJOLEARN_ISA forces each,
-    in its own process)."""
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_T59_every_cpu_build_gives_the_same_steps(models, arch):
+    """T-59 (identity), T-62: 20 AdamW steps with a warmup-cosine schedule and clipping give
+    the same losses and weights on every CPU build this CPU runs (MOJOLEARN_ISA forces
+    each, in its own process); qwen3 with its per-head norms too."""
     from mojolearn._core import cpu as _cpu
 
     outs = {}
     for name in _cpu.runnable():
         env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(ROOT, "python"))
         env.pop("MOJOLEARN_NATIVE", None)
-        r = subprocess.run([sys.executable, "-c", _ISA_CHILD, models["llama"]], env=env,
+        r = subprocess.run([sys.executable, "-c", _ISA_CHILD, models[arch]], env=env,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         outs[name] = r.stdout.strip()

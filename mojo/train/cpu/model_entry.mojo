@@ -1,7 +1,8 @@
 """Registration of the model-backward entries (attention weights, the softmax backward,
-the gated MLP backward, qwen3's per-head norm backward): plain integer arguments from the Python layer, which has
-validated them. Each entry releases the GIL, splits its independent rows over tasks
-and runs every task under the contract floating-point state."""
+the gated MLP backward, qwen3's per-head norm backward): plain integer arguments from
+the Python layer, which has validated them. Each entry releases the GIL, splits its
+independent rows over tasks and runs every task under the contract floating-point
+state."""
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory import bitcast

@@ -1,7 +1,7 @@
-"""The forward and backward of a transformer CausalLM for training (rules T-47 .. T-60 of
-contracts/ops/IDENTICAL_TRAIN_CONTRACT.md; the forward is M-1 .. M-18 with the same
-kernels the inference model calls, so the loss is the inference logits' loss, bit
-for bit).
+"""The forward and backward of a transformer CausalLM for training (rules T-47 .. T-62 of
+contracts/ops/IDENTICAL_TRAIN_CONTRACT.md; the forward is M-1 .. M-18, qwen3's M-33 and
+phi3's M-34 with the same kernels the inference model calls, so the loss is the
+inference logits' loss, bit for bit).
 
 The parameters are float32 arrays by checkpoint name. q/k/v and gate/up are views of
 one stacked array per layer (row blocks), as their gradients are: one product gives
@@ -9,7 +9,8 @@ the stacked matrix's gradient (each output element its own dot over the tokens, 
 the bits of the separate products) and one product takes the gradient back through
 all of them (T-54). Every product is fp32.v1; every sum over tokens is a dot / fold
 over the call's tokens, so micro-batches split on leaf boundaries reassemble by the
-tree (T-59). This module checks nothing the trainer has not checked: it is handed
+tree (T-59); qwen3's per-head norm weights join each token's heads first, one term a
+token, then fold over the tokens (T-62). This module checks nothing the trainer has not checked: it is handed
 int64 ids of the right range and float32 parameters.
 """
 from __future__ import annotations

@@ -278,7 +278,7 @@ class Trainer:
             return K.add(np.ascontiguousarray(folded["head"]), emb, np.empty_like(emb))  # T-57
         if n == "lm_head.weight":
             return np.ascontiguousarray(folded["head"])
-        if n.endswith("_norm.weight") or n.endswith("layernorm.weight") or n == "model.norm.weight":
+        if n.endswith(("layernorm.weight", "_norm.weight")) or n == "model.norm.weight":
             return np.ascontiguousarray(folded[n].reshape(-1))
         p, _, rest = n.rpartition("self_attn.") if "self_attn." in n else n.rpartition("mlp.")
         if rest in ("q_proj.weight", "k_proj.weight", "v_proj.weight"):
