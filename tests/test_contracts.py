@@ -112,8 +112,8 @@ def _check_training_rules(contract_text, docs):
     tests' docstrings (a list of messages; empty when it holds)."""
     errs = []
     ids = re.findall(r"^## (T-\d+)\b", contract_text, re.M)
-    if ids != [f"T-{i}" for i in range(1, 62)]:
-        errs.append(f"the T-n headings are not exactly T-1 .. T-61 in order: {ids}")
+    if ids != [f"T-{i}" for i in range(1, 63)]:
+        errs.append(f"the T-n headings are not exactly T-1 .. T-62 in order: {ids}")
     named = set()
     for (f, n), d in docs.items():
         named |= _train_ids_named(n, d)
@@ -128,7 +128,7 @@ def _check_training_rules(contract_text, docs):
 
 
 def test_every_training_rule_has_a_test():
-    """Contracts: the ## T-n headings of the training contract are exactly T-1 .. T-61 in
+    """Contracts: the ## T-n headings of the training contract are exactly T-1 .. T-62 in
     order, every T-n is named by a test (docstring "T-n" or a _T<n>_ token in its name),
     and every test of the training test files names a T rule. The check itself fails on a
     copy with a heading deleted, on a rule no test names, and on an unnamed test."""
@@ -139,7 +139,7 @@ def test_every_training_rule_has_a_test():
     # the check can fail: a deleted heading, a rule nobody names, a test naming nothing
     broken = re.sub(r"^## T-19\b[^\n]*\n", "", text, count=1, flags=re.M)
     assert broken != text and _check_training_rules(broken, docs)
-    renamed = re.sub(r"^## T-61\b", "## T-62", text, count=1, flags=re.M)
+    renamed = re.sub(r"^## T-62\b", "## T-63", text, count=1, flags=re.M)
     assert any("not exactly" in e for e in _check_training_rules(renamed, docs))
     unnamed = {k: ("" if "T-22" in v or re.search(r"_T22(?=_|$)", k[1]) else v)
                for k, v in docs.items()}

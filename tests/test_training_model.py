@@ -40,16 +40,29 @@ SHAPES = {
                  rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=256,
                  tie_word_embeddings=False, partial_rotary_factor=0.75, sliding_window=256,
                  pad_token_id=None, bos_token_id=1, eos_token_id=2),
+    # per-head q/k norms (M-33, T-62); head_dim 32 is not hidden / heads (q is 128 wide),
+    # GQA 2:1, an untied head, k > 128 in the head (V = 290)
+    "qwen3": dict(model_type="qwen3", vocab_size=290, hidden_size=64, intermediate_size=96,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=32, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                  max_position_embeddings=256, tie_word_embeddings=False,
+                  use_sliding_window=False),
+    # the same family tied, GQA 3:1, head_dim 24 (three heads of q in one norm weight)
+    "qwen3_tied": dict(model_type="qwen3", vocab_size=250, hidden_size=48, intermediate_size=80,
+                       num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+                       head_dim=24, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       max_position_embeddings=256, tie_word_embeddings=True,
+                       use_sliding_window=False),
 }
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-        "phi3": "Phi3ForCausalLM"}
+        "phi3": "Phi3ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_tied": "Qwen3ForCausalLM"}
 
 
 def make_weights(cfg: dict, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     d, ff, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     nh, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = d // nh
+    hd = cfg.get("head_dim", d // nh)
 
     def m(*shape, s=0.08):
         return (rng.standard_normal(shape) * s).astype(np.float32)
@@ -66,6 +79,9 @@ def make_weights(cfg: dict, seed: int) -> dict:
         w[p + "self_attn.k_proj.weight"] = m(kv * hd, d, s=0.3)
         w[p + "self_attn.v_proj.weight"] = m(kv * hd, d)
         w[p + "self_attn.o_proj.weight"] = m(d, nh * hd)
+        if cfg["model_type"] == "qwen3":  # one weight of head_dim each, shared by the heads
+            w[p + "self_attn.q_norm.weight"] = (1 + m(hd, s=0.2)).astype(np.float32)
+            w[p + "self_attn.k_norm.weight"] = (1 + m(hd, s=0.2)).astype(np.float32)
         w[p + "mlp.gate_proj.weight"] = m(ff, d)
         w[p + "mlp.up_proj.weight"] = m(ff, d)
         w[p + "mlp.down_proj.weight"] = m(d, ff)
@@ -165,16 +181,24 @@ def test_T47_to_T57_gradients_match_torch_autograd(models, arch):
 
 def test_T60_gradients_are_named_like_the_checkpoint(models):
     """T-60: gradients() keys are the checkpoint's names in the trainer's order, each the
-    shape of its weight."""
+    shape of its weight (qwen3: q_norm and k_norm of head_dim after q, k, v)."""
     tr = training.Trainer(models["qwen2"])
     g = tr.gradients(batch(tr.config.vocab_size, B=1, L=8))
     w = tr.weights()
     assert list(g) == list(w)
     assert all(g[n].shape == w[n].shape and g[n].dtype == np.float32 for n in g)
     assert "model.layers.0.self_attn.q_proj.bias" in g and "lm_head.weight" not in g
+    tr = training.Trainer(models["qwen3"])  # T-62's weights after q, k, v, before o
+    g = tr.gradients(batch(tr.config.vocab_size, B=1, L=8))
+    assert list(g) == list(tr.weights())
+    p = "model.layers.1.self_attn."
+    names = list(g)
+    i = names.index(p + "v_proj.weight")
+    assert names[i + 1:i + 4] == [p + "q_norm.weight", p + "k_norm.weight", p + "o_proj.weight"]
+    assert g[p + "q_norm.weight"].shape == g[p + "k_norm.weight"].shape == (32,)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_T59_thread_count_changes_no_bit(models, arch):
     """T-59 (identity): the gradients, and 20 AdamW steps with a warmup-cosine schedule
     and clipping, at 1, 2 and 3 threads: the same gradients, losses and weights."""
@@ -199,7 +223,7 @@ def test_T59_thread_count_changes_no_bit(models, arch):
         assert losses == runs[0][2]
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "qwen3_tied"])
 def test_T59_micro_batches_give_the_whole_batchs_bits(models, arch):
     """T-59, T-26, T-27: 4 rows x 64 tokens (256 tokens, two leaves) as 2 micro-batches of
     2 rows give the whole batch's gradients, loss and step bit for bit; a split that is
@@ -240,13 +264,15 @@ def test_T59_sabotage_a_running_sum_over_micro_batches_is_seen(models, monkeypat
     assert len(differ) >= len(whole) // 2, differ
 
 
-def test_T60_save_resume_equals_an_uninterrupted_run(models, tmp_path):
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_T60_save_resume_equals_an_uninterrupted_run(models, tmp_path, arch):
     """T-60, T-39: 20 AdamW steps with a warmup-cosine schedule and clipping, against 7
     steps, save, resume in a new trainer, 13 more: the same losses and weights bit for
-    bit; the saved file's bytes are the same when written by another process."""
+    bit (qwen3: T-62's q_norm / k_norm among them); the saved file's bytes are the same
+    when written by another process."""
     sched = training.WarmupCosineLR(3e-3, warmup_steps=4, total_steps=20, min_lr=1e-4)
-    path = models["qwen2"]
-    V = SHAPES["qwen2"]["vocab_size"]
+    path = models[arch]
+    V = SHAPES[arch]["vocab_size"]
     data = [batch(V, B=2, L=16, seed=100 + s) for s in range(20)]
 
     straight = training.Trainer(path, lr_schedule=sched, max_norm=0.5)
@@ -293,17 +319,18 @@ print(h.hexdigest()[:16])
 """
 
 
-def test_T59_every_cpu_build_gives_the_same_steps(models):
-    """T-59 (identity): 20 AdamW steps with a warmup-cosine schedule and clipping give the
-    same losses and weights on every CPU build this CPU runs (MOJOLEARN_ISA forces each,
-    in its own process)."""
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_T59_every_cpu_build_gives_the_same_steps(models, arch):
+    """T-59 (identity), T-62: 20 AdamW steps with a warmup-cosine schedule and clipping give
+    the same losses and weights on every CPU build this CPU runs (MOJOLEARN_ISA forces
+    each, in its own process); qwen3 with its per-head norms too."""
     from mojolearn._core import cpu as _cpu
 
     outs = {}
     for name in _cpu.runnable():
         env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(ROOT, "python"))
         env.pop("MOJOLEARN_NATIVE", None)
-        r = subprocess.run([sys.executable, "-c", _ISA_CHILD, models["llama"]], env=env,
+        r = subprocess.run([sys.executable, "-c", _ISA_CHILD, models[arch]], env=env,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         outs[name] = r.stdout.strip()
@@ -364,10 +391,12 @@ def test_T60_low_bit_and_other_families_are_refused(models, tmp_path):
         training.Trainer.resume(os.path.join(models["llama"], "model.safetensors"))
 
 
-def test_T60_trained_model_runs_and_saves(models, tmp_path):
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_T60_trained_model_runs_and_saves(models, tmp_path, arch):
     """T-60: tr.model computes with the current weights (its logits change after a step
-    and equal a CausalLM loaded from save_model's folder, which transformers reads too)."""
-    tr = training.Trainer(models["llama"], lr=1e-2)
+    and equal a CausalLM loaded from save_model's folder, which transformers reads too;
+    qwen3's trained q_norm / k_norm are saved under their checkpoint names)."""
+    tr = training.Trainer(models[arch], lr=1e-2)
     ids = batch(tr.config.vocab_size, B=1, L=12)
     before = tr.model.forward(ids)
     tr.step(ids)
@@ -377,6 +406,12 @@ def test_T60_trained_model_runs_and_saves(models, tmp_path):
     tr.save_model(out)
     again = CausalLM.load(out).forward(ids)
     assert np.array_equal(bits(after), bits(again))
+    from safetensors.numpy import load_file
+
+    saved = load_file(str(out / "model.safetensors"))
+    w = tr.weights()
+    same_grads({n: saved[n] for n in w}, w)
+    assert sorted(saved) == sorted(w)
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     m = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32)
@@ -444,3 +479,195 @@ def test_T60_progress_reports_steps(models, capsys):
     assert all("tokens/s" in x and "loss" in x for x in err)
     with pytest.raises(TypeError, match="progress"):
         training.Trainer(models["llama"], progress="yes")
+
+
+# ------------------------------------------------------------------ T-62 qwen3's per-head norms
+def _head_norm_kernel(dy, x, w, eps, heads):
+    """The trainer's T-62 path: the native kernel's dx and per-token terms, the terms
+    folded over the tokens (fold_rows)."""
+    from mojolearn._train import kernels as TK
+
+    dx = np.empty_like(x)
+    terms = np.empty((x.shape[0], w.shape[0]), np.float32)
+    TK.head_norm_backward(dy, x, w, TK.f32_bits(eps), heads, dx, terms)
+    return dx, TK.fold_rows(terms)
+
+
+def _oracle():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import training_oracle as TO
+
+    return TO
+
+
+def _head_norm_cases():
+    rng = np.random.default_rng(62)
+    cases = []
+    # (tokens, heads, head_dim): one token, one head, odd and prime sizes, the SIMD tail
+    # (head_dim 18, 24), head_dim 128, many heads, tokens either side of a leaf (128, 129,
+    # 257), 300 tokens (three leaves)
+    for tokens, heads, hd in ((1, 1, 2), (7, 3, 16), (33, 4, 24), (129, 2, 18), (128, 5, 8),
+                              (257, 3, 32), (5, 16, 128), (300, 8, 32), (9, 64, 8)):
+        x = rng.standard_normal((tokens, heads * hd)).astype(np.float32)
+        dy = rng.standard_normal((tokens, heads * hd)).astype(np.float32)
+        w = (1 + 0.2 * rng.standard_normal(hd)).astype(np.float32)
+        cases.append((f"random-{tokens}x{heads}x{hd}", dy, x, w, 1e-6))
+    tokens, heads, hd = 40, 6, 24
+    shape = (tokens, heads * hd)
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    w = (1 + 0.2 * rng.standard_normal(hd)).astype(np.float32)
+    sub = (rng.integers(1, 1 << 23, size=shape).astype(np.uint32)
+           | (rng.integers(0, 2, size=shape).astype(np.uint32) << 31)).view(np.float32)
+    zx = x.copy()
+    zx[::3] = 0  # rows of zeros: rstd = 1 / sqrt(eps)
+    zx[1::7, :hd] = -0.0
+    mixed = np.where(rng.random(shape) < 0.3, sub, x).astype(np.float32)
+    tiny = (x * np.float32(1e-19)).astype(np.float32)  # squares underflow, products subnormal
+    big = (x * np.float32(1e15)).astype(np.float32)
+    cancel = np.repeat(rng.standard_normal((tokens, hd)).astype(np.float32), heads, axis=0)
+    cancel = cancel.reshape(tokens, heads, hd)
+    cancel[:, 1::2] *= -1  # heads whose terms cancel in the chain
+    cases += [
+        ("zeros", dy, zx, w, 1e-5),
+        ("zero-dy", np.zeros(shape, np.float32), x, w, 1e-6),
+        ("subnormal-x", dy, mixed, w, 1e-6),
+        ("subnormal-dy", np.where(rng.random(shape) < 0.5, sub, dy).astype(np.float32), x, w, 1e-6),
+        ("subnormal-w", dy, x, np.where(np.arange(hd) % 3 == 0, sub[0, :hd], w).astype(np.float32),
+         1e-6),
+        ("tiny", dy, tiny, w, 1e-30),
+        ("large", (dy * np.float32(1e15)).astype(np.float32), big, w, 1e-6),
+        ("cancelling-heads", dy, cancel.reshape(shape).astype(np.float32), w, 1e-6),
+        ("eps-zero", dy, x, w, 0.0),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("case", _head_norm_cases(), ids=lambda c: c[0])
+def test_T62_head_norm_kernel_equals_its_oracle(case):
+    """T-62: the native kernel (dx per (token, head) row by T-9 / T-10, the per-token
+    chain over the heads ascending, then fold_rows' fold(k = tokens)) gives
+    tests/training_oracle.py's head_norm_backward bit for bit: random shapes (one token,
+    one head, 64 heads, head_dim 2 .. 128 with SIMD tails, tokens either side of a leaf
+    and three leaves) and edge inputs (zero rows and -0, zero dy, subnormal x / dy / w,
+    squares that underflow, 1e15, heads that cancel, eps = 0 on non-zero rows)."""
+    TO = _oracle()
+    _name, dy, x, w, eps = case
+    heads = x.shape[1] // w.shape[0]
+    dx, dw = _head_norm_kernel(dy, x, w, eps, heads)
+    edx, edw = TO.head_norm_backward(dy, x, w, np.float32(eps), heads)
+    assert np.array_equal(bits(dx), bits(edx))
+    assert np.array_equal(bits(dw), bits(edw))
+
+
+def test_T62_one_head_is_the_rms_norm_backward():
+    """T-62, T-9 .. T-11: with one head the per-token chain is add(+0, u), so dx and dw are
+    the plain RMSNorm backward's bits (train_rms_norm_backward over the same rows)."""
+    from mojolearn._train import kernels as TK
+
+    rng = np.random.default_rng(5)
+    for tokens, hd in ((1, 4), (129, 24), (300, 32)):
+        x = rng.standard_normal((tokens, hd)).astype(np.float32)
+        dy = rng.standard_normal((tokens, hd)).astype(np.float32)
+        dy[::5] = -0.0
+        w = (1 + 0.2 * rng.standard_normal(hd)).astype(np.float32)
+        dx, dw = _head_norm_kernel(dy, x, w, 1e-6, 1)
+        rdx, rdw = np.empty_like(x), np.empty(hd, np.float32)
+        TK.rms_norm_backward(dy, x, w, TK.f32_bits(1e-6), rdx, rdw)
+        assert np.array_equal(bits(dx), bits(rdx)) and np.array_equal(bits(dw), bits(rdw))
+
+
+def test_T62_sabotage_other_head_orders_or_a_flat_fold_are_seen():
+    """T-62: the oracle check above can fail: the heads chained descending, or one flat
+    fold over the tokens x heads rows (T-11 of the reshaped rows), give other dw bits
+    than the kernel on random data (dx is the same rows either way)."""
+    TO = _oracle()
+    rng = np.random.default_rng(7)
+    tokens, heads, hd = 200, 8, 32
+    x = rng.standard_normal((tokens, heads * hd)).astype(np.float32)
+    dy = rng.standard_normal((tokens, heads * hd)).astype(np.float32)
+    w = (1 + 0.2 * rng.standard_normal(hd)).astype(np.float32)
+    _dx, dw = _head_norm_kernel(dy, x, w, 1e-6, heads)
+    for variant in ("heads_desc", "flat"):
+        vdx, vdw = TO.head_norm_backward(dy, x, w, np.float32(1e-6), heads, variant=(variant,))
+        assert np.array_equal(bits(vdx), bits(_dx))
+        moved = int(np.sum(bits(vdw) != bits(dw)))
+        assert moved >= hd // 4, (variant, moved)
+
+
+class _Spy:
+    """Wraps the trainer's T-62 kernel call, keeping copies of what each call was given
+    and the per-token terms it wrote."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def __call__(self, dy, x, w, eps_bits, heads, dx, terms):
+        out = self.real(dy, x, w, eps_bits, heads, dx, terms)
+        self.calls.append((dy.copy(), x.copy(), w.copy(), eps_bits, heads))
+        return out
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_tied"])
+def test_T62_trainer_norm_gradients_are_the_rules_bits(models, monkeypatch, arch):
+    """T-62, T-60: in the trainer, every layer's q_norm / k_norm gradient is the oracle's
+    T-62 of the values the backward reached it with (the gradient after T-53's RoPE
+    backward, the projection's q / k before the norm), bit for bit; the sabotaged orders
+    (heads descending where there are 3 or more heads, one flat fold) miss those bits."""
+    from mojolearn._train import model as M
+
+    TO = _oracle()
+    tr = training.Trainer(models[arch])
+    cfg = tr.config
+    spy = _Spy(M.TK.head_norm_backward)
+    monkeypatch.setattr(M.TK, "head_norm_backward", spy)
+    ids = batch(cfg.vocab_size, B=2, L=40, seed=13)
+    g = tr.gradients(ids)
+    L = cfg.num_hidden_layers
+    assert len(spy.calls) == 2 * L
+    eps = np.array([spy.calls[0][3]], np.uint32).view(np.float32)[0]
+    names = [f"model.layers.{i}.self_attn.{n}_norm.weight" for i in reversed(range(L))
+             for n in ("q", "k")]  # the backward's order: last layer first, q then k
+    for (dy, x, w, _e, heads), n in zip(spy.calls, names):
+        assert heads == (cfg.num_attention_heads if ".q_norm" in n else cfg.num_key_value_heads)
+        assert np.array_equal(bits(w), bits(tr.params.arrays[n]))
+        _dx, want = TO.head_norm_backward(dy, x, w, eps, heads)
+        assert np.array_equal(bits(g[n]), bits(want)), n
+        _dx, flat = TO.head_norm_backward(dy, x, w, eps, heads, variant=("flat",))
+        assert not np.array_equal(bits(g[n]), bits(flat)), n
+        if heads >= 3:
+            _dx, desc = TO.head_norm_backward(dy, x, w, eps, heads, variant=("heads_desc",))
+            assert not np.array_equal(bits(g[n]), bits(desc)), n
+
+
+def test_T62_sabotage_reversed_heads_in_the_trainer_are_seen(models, monkeypatch):
+    """T-62: the trainer's q_norm gradients move when the kernel is handed the heads
+    in reverse order (the chain then runs descending; dx is put back in place), while
+    every tensor the per-head join does not reach keeps its bits: the gradient tests
+    above see the order of the heads."""
+    from mojolearn._train import model as M
+
+    tr = training.Trainer(models["qwen3"])
+    ids = batch(tr.config.vocab_size, B=2, L=40, seed=17)
+    whole = tr.gradients(ids)
+    real = M.TK.head_norm_backward
+
+    def reversed_heads(dy, x, w, eps_bits, heads, dx, terms):
+        hd = w.shape[0]
+
+        def flip(a):
+            return np.ascontiguousarray(a.reshape(-1, heads, hd)[:, ::-1].reshape(a.shape))
+
+        rdx = np.empty_like(dx)
+        real(flip(dy), flip(x), w, eps_bits, heads, rdx, terms)
+        dx[...] = flip(rdx)
+        return dx, terms
+
+    monkeypatch.setattr(M.TK, "head_norm_backward", reversed_heads)
+    bad = tr.gradients(ids)
+    differ = [n for n in whole if not np.array_equal(bits(whole[n]), bits(bad[n]))]
+    q = [n for n in whole if n.endswith("q_norm.weight")]
+    assert q and set(q) <= set(differ), differ
+    assert not [n for n in differ if "norm.weight" not in n or "layernorm" in n
+                or n == "model.norm.weight"], differ
+

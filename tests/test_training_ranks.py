@@ -27,14 +27,18 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("ranks")
     return {"llama": write_model(d / "llama", "llama", seed=21),
             "qwen2": write_model(d / "qwen2", "qwen2", seed=22),
-            "phi3": write_model(d / "phi3", "phi3", seed=23)}
+            "phi3": write_model(d / "phi3", "phi3", seed=23),
+            "qwen3": write_model(d / "qwen3", "qwen3", seed=24)}
 
 
 @pytest.mark.parametrize("arch, rows", [("llama", [2, 2]), ("qwen2", [2, 2, 2]),
-                                        ("llama", [2, 4, 2, 2]), ("phi3", [2, 2])])
+                                        ("llama", [2, 4, 2, 2]), ("phi3", [2, 2]),
+                                        ("qwen3", [2, 2])])
 def test_T61_ranks_equal_one_process(models, tmp_path, arch, rows):
-    """T-61: 2, 3 and 4 ranks (llama with GQA and an untied head; qwen2 with biases and a
-    tied head; phi3's stacked weights and partial rotary; uneven rows), 6 AdamW steps with a warmup-cosine schedule and clipping:
+    """T-61, T-62: 2, 3 and 4 ranks (llama with GQA and an untied head; qwen2 with biases
+    and a tied head; phi3's stacked weights and partial rotary; qwen3's per-head q / k
+    norms, their weight gradients folded in parts over the tokens; uneven rows), 6 AdamW
+    steps with a warmup-cosine schedule and clipping:
     every rank's losses, weights and optimizer state equal one process's on the whole
     batch after every step; a file saved by the ranks resumes in one process and one
     saved by one process resumes on the ranks, the next steps equal; save_model on the

@@ -1,9 +1,10 @@
 """Independent numpy oracle of the training primitives under fp32_v1, written from the
-reference rules T-1 .. T-46 (training arithmetic v1), the M-rules they cite (M-4 RMSNorm,
-M-5 sqrt, M-8 logf, M-13 rowmax, M-14 expf) and fp32.v1 (arithmetic v1). Slow and plain on
-purpose: float32 numpy arrays only, every operand read flushed and every value written
-flushed (T-1), every serial loop in its rule's order, vectorized only across independent
-outputs (and across the leaves of one reduction, which are independent until the tree).
+reference rules T-1 .. T-46 (training arithmetic v1) and the contract's T-62, the M-rules
+they cite (M-4 RMSNorm, M-5 sqrt, M-8 logf, M-13 rowmax, M-14 expf) and fp32.v1
+(arithmetic v1). Slow and plain on purpose: float32 numpy arrays only, every operand
+read flushed and every value written flushed (T-1), every serial loop in its rule's
+order, vectorized only across independent outputs (and across the leaves of one
+reduction, which are independent until the tree).
 It imports nothing from ``mojolearn``.
 
 Reused helpers: ``model_oracle`` (mul/add/div, the correctly rounded float32 fma
@@ -16,7 +17,8 @@ fold(x, leaf=None) over the last axis; chain(x) over the last axis; tree(parts) 
 balanced pairwise tree with odd carry over the last axis.
 linear_forward(a, w) (T-4); linear_backward(dc, a, w) -> (da, dw) (T-5, T-6).
 rms_norm_forward(x, w, eps) (T-8 / M-4); rms_norm_backward(dy, x, w, eps) -> (dx, dw)
-(T-9 .. T-11).
+(T-9 .. T-11); head_norm_backward(dy, x, w, eps, heads, variant=()) -> (dx, dw) (T-62,
+qwen3's per-head q / k norm).
 bias_backward(dy, variant=()) (T-7).
 embedding_forward(weight, ids) (T-12); embedding_backward(dy, ids, vocab) (T-13).
 cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_smoothing=0.0,
@@ -42,6 +44,8 @@ VARIANTS (deliberate single-rule changes, for the sabotage tests only)
 - accumulate_grads ``variant``: "running" (a running sum instead of T-26's tree).
 - pw ``variant``: "running" (a running product instead of T-30's binary powering).
 - rms_norm_backward ``variant``: "dw_chain" (T-11 as a chain over rows).
+- head_norm_backward ``variant``: "heads_desc" (T-62's chain over the heads descending),
+  "flat" (one fold over the tokens x heads rows instead of the per-token join).
 - Adam ``variant``: "eps_inside" (T-31: eps inside the root).
 
 READINGS (where the rules leave something open; see the report of the tests)
@@ -234,6 +238,33 @@ def rms_norm_backward(dy, x, w, eps, variant=()):
     terms = mul(dy2, mul(x2, rstd[:, None]))                    # T-11, (rows, d)
     tt = np.ascontiguousarray(terms.T)                          # (d, rows)
     dw = chain(tt) if "dw_chain" in variant else fold(tt)
+    return dx.reshape(x.shape), dw
+
+
+def head_norm_backward(dy, x, w, eps, heads, variant=()):
+    """T-62 (qwen3's per-head q / k RMSNorm): x, dy (tokens, heads * hd), w (hd,). Each
+    (token, head) is a row of hd: dx by T-9, T-10. The weight gradient: per (token, head)
+    row T-11's term mul(dy, mul(x, rstd)); per token the chain over the heads ascending,
+    acc = add(acc, term_h) from +0; then fold(k = tokens) of those per-token terms.
+    Variants (sabotage only): "heads_desc" (the heads' chain descending), "flat" (one
+    fold over the tokens x heads rows, T-11 of the reshaped rows)."""
+    dy = ftz(dy)
+    x = ftz(x)
+    w = ftz(w)
+    hd = w.shape[0]
+    tokens = x.shape[0]
+    x2 = x.reshape(tokens * heads, hd)
+    dy2 = dy.reshape(tokens * heads, hd)
+    dx, flat_dw = rms_norm_backward(dy2, x2, w, eps)              # T-9, T-10 per row
+    if "flat" in variant:
+        return dx.reshape(x.shape), flat_dw
+    rstd = _rstd(x2, F(eps))
+    terms = mul(dy2, mul(x2, rstd[:, None])).reshape(tokens, heads, hd)
+    order = range(heads - 1, -1, -1) if "heads_desc" in variant else range(heads)
+    acc = np.zeros((tokens, hd), np.float32)
+    for h in order:
+        acc = add(acc, terms[:, h, :])
+    dw = fold(np.ascontiguousarray(acc.T)) if tokens else np.zeros(hd, np.float32)
     return dx.reshape(x.shape), dw
 
 

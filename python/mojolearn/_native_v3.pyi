@@ -69,6 +69,7 @@ def train_softmax_bwd(args: tuple[int, int, int, int, int, int, int], /) -> None
 def train_silu_mul_bwd(args: tuple[int, int, int, int, int, int, int, int], /) -> None: ...  # (gu: int, ldgu: int, dp: int, ldp: int, dgu: int, rows: int, ff: int, tasks: int)
 def train_fold_div(args: tuple[int, int, int], /) -> int: ...  # (x: int, n: int, d_bits: int)
 def train_rmsnorm_terms(args: tuple[int, int, int, int, int, int, int], /) -> None: ...  # (dy: int, x: int, out: int, rows: int, d: int, eps_bits: int, tasks: int)
+def train_head_norm_backward(args: tuple[int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (dy: int, x: int, w: int, dx: int, terms: int, tokens: int, heads: int, hd: int, eps_bits: int, tasks: int)
 def gpu_ref_gemm_f32(args: tuple[int, int, int, int, int, int, int, int, int, int], /) -> None: ...  # (a: int, b: int, c: int, m: int, n: int, k: int, trans_a: int, trans_b: int, a_bf16: int, b_bf16: int)
 def gpu_ref_gemm_f32_route(args: tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int], /) -> tuple[int, ...]: ...  # (a: int, b: int, c: int, m: int, n: int, k: int, trans_a: int, trans_b: int, a_bf16: int, b_bf16: int, kernel: int, run_leaves: int, grid: int, route: int)
 def gpu_ref_gemm_int8(args: tuple[int, int, int, int, int, int, int, int], /) -> None: ...  # (a_codes: int, a_exps: int, b_codes: int, b_exps: int, c: int, m: int, n: int, k: int)

@@ -1,7 +1,8 @@
 """Registration of the model-backward entries (attention weights, the softmax backward,
-the gated MLP backward): plain integer arguments from the Python layer, which has
-validated them. Each entry releases the GIL, splits its independent rows over tasks
-and runs every task under the contract floating-point state."""
+the gated MLP backward, qwen3's per-head norm backward): plain integer arguments from
+the Python layer, which has validated them. Each entry releases the GIL, splits its
+independent rows over tasks and runs every task under the contract floating-point
+state."""
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory import bitcast
@@ -9,7 +10,11 @@ from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, ptr_f32
 from common.tasks import chunk_bounds, run_tasks
 from transformer.cpu.attention import _srow
-from train.cpu.model_ops import attn_probs_range, softmax_bwd_rows, silu_mul_bwd_rows, fold_div, rmsnorm_terms_rows
+from train.cpu.model_ops import (
+    attn_probs_range, softmax_bwd_rows, silu_mul_bwd_rows, fold_div, rmsnorm_terms_rows,
+    head_norm_terms_rows,
+)
+from train.cpu.ops import rms_backward_rows
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -111,9 +116,40 @@ def train_rmsnorm_terms(args: PythonObject) raises -> PythonObject:
     return PythonObject(None)
 
 
+def train_head_norm_backward(args: PythonObject) raises -> PythonObject:
+    """(dy, x, w, dx, terms, tokens, heads, hd, eps f32 bits, tasks): T-62, qwen3's
+    per-head q / k norm backward. x, dy, dx: (tokens, heads * hd), every (token, head) a
+    row of hd: dx by T-9, T-10 (the RMSNorm backward's rows); terms (tokens, hd): per
+    token the chain over the heads ascending of T-11's terms (the weight gradient is
+    their fold over the tokens, the caller's). Tasks split the tokens; no bit depends on
+    the split (every row and token is its own)."""
+    var dy = ptr_f32(_arg(args, 0))
+    var x = ptr_f32(_arg(args, 1))
+    var w = ptr_f32(_arg(args, 2))
+    var dx = ptr_f32(_arg(args, 3))
+    var terms = ptr_f32(_arg(args, 4))
+    var tokens = _arg(args, 5)
+    var heads = _arg(args, 6)
+    var hd = _arg(args, 7)
+    var eps = _f32(_arg(args, 8))
+    var t_count = _tasks(tokens, _arg(args, 9), max(1, 4096 // max(1, heads * hd)))
+    var rs = unsafe_alloc[Float32](max(1, tokens * heads), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var rsa = Int(rs)
+    def work(t: Int) {imm dy, imm x, imm w, imm dx, imm terms, imm tokens, imm heads, imm hd, imm eps, imm t_count, imm rsa}:
+        var b = chunk_bounds(tokens, t_count, t, 1)
+        var rstd = F32Ptr(unsafe_from_address=rsa)
+        rms_backward_rows(dy, x, w, dx, rstd, hd, eps, b[0] * heads, b[1] * heads)
+        head_norm_terms_rows(dy, x, rstd, heads, hd, terms, b[0], b[1])
+
+    run_tasks(work, t_count)
+    rs.unsafe_free()
+    return PythonObject(None)
+
+
 def register_train_model(mut m: PythonModuleBuilder) raises:
     m.def_function[train_attn_probs]("train_attn_probs")
     m.def_function[train_softmax_bwd]("train_softmax_bwd")
     m.def_function[train_silu_mul_bwd]("train_silu_mul_bwd")
     m.def_function[train_fold_div]("train_fold_div")
     m.def_function[train_rmsnorm_terms]("train_rmsnorm_terms")
+    m.def_function[train_head_norm_backward]("train_head_norm_backward")

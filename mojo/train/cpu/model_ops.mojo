@@ -1,6 +1,7 @@
 """The backward of the transformer's own ops (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md,
-rules T-47 .. T-60): the attention probabilities recomputed with the forward's own
-functions, the softmax backward, and the SiLU-gated MLP backward. Per-element steps
+rules T-47 .. T-62): the attention probabilities recomputed with the forward's own
+functions, the softmax backward, the SiLU-gated MLP backward, and the per-token terms
+of qwen3's per-head norm weight gradient. Per-element steps
 come from arith/ (mul, expf, ftz); every operand is read flushed (DAZ under the
 contract floating-point state, or explicitly) and every stored value flushed.
 """
@@ -9,7 +10,7 @@ from std.sys import simd_width_of
 from common.ptr import F32Ptr
 from arith.fp import ftz, daz_in
 from arith.elementary import mul, silu_mul_bwd, sqrt_rn
-from arith.tree import leaf_size, leaf_count, chain_step, chain_step_daz, tree_add
+from arith.tree import leaf_size, leaf_count, chain_step, chain_step_daz, tree_add, serial_add_daz
 from std.collections import List
 from transformer.cpu.attention import (
     attn_scale, _srow, _scores_f32, _softmax_exp, _serial_sums, _softmax_div,
@@ -141,4 +142,37 @@ def rmsnorm_terms_rows(dy: F32Ptr, x: F32Ptr, d: Int, eps: Float32, dst: F32Ptr,
         while j < d:
             var t = ftz(mul(daz_in(xr.unsafe_load[width=1](j)), rstd))
             o.unsafe_store(j, ftz(mul(daz_in(dr.unsafe_load[width=1](j)), t)))
+            j += 1
+
+
+def head_norm_terms_rows(dy: F32Ptr, x: F32Ptr, rstd: F32Ptr, heads: Int, hd: Int, dst: F32Ptr,
+                         t0: Int, t1: Int):
+    """T-62's per-token terms of qwen3's per-head q / k norm weight gradient: tokens t0 ..
+    t1 of dy and x (tokens, heads * hd), rstd (tokens * heads,) the rows' M-4 rstd (as
+    rms_backward_rows stores it); dst[t, j] = chain over heads h ascending from +0 of
+    add(acc, mul(dy[t, h, j], mul(x[t, h, j], rstd[t, h]))): T-11's term per (token,
+    head) row, joined head by head into one term a token (the fold over the tokens is
+    the caller's). W columns a step in the lanes, each lane the scalar rule."""
+    for t in range(t0, t1):
+        var o = dst.unsafe_offset(t * hd)
+        var j = 0
+        while j + W <= hd:
+            var acc = FW(0)
+            for h in range(heads):
+                var r = t * heads + h
+                var rs = FW(rstd.unsafe_load(r))
+                var xv = daz_in(x.unsafe_offset(r * hd).unsafe_load[width=W](j))
+                var dv = daz_in(dy.unsafe_offset(r * hd).unsafe_load[width=W](j))
+                acc = serial_add_daz[W](acc, mul(dv, mul(xv, rs)))
+            o.unsafe_store(j, ftz(acc))
+            j += W
+        while j < hd:
+            var acc = F1(0)
+            for h in range(heads):
+                var r = t * heads + h
+                var rs = F1(rstd.unsafe_load(r))
+                var xv = daz_in(F1(x.unsafe_offset(r * hd).unsafe_load(j)))
+                var dv = daz_in(F1(dy.unsafe_offset(r * hd).unsafe_load(j)))
+                acc = serial_add_daz[1](acc, mul(dv, mul(xv, rs)))
+            o.unsafe_store(j, ftz(acc)[0])
             j += 1

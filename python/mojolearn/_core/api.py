@@ -174,6 +174,9 @@ ENTRIES = (
           "T-17, T-58: the float32 bits of div(fold(k = n)(x), d)"),
     Entry("train_rmsnorm_terms", ("dy", "x", "out", "rows", "d", "eps_bits", "tasks"), "cpu",
           doc="T-11's terms mul(dy, mul(x, rstd)), folded in parts by data-parallel ranks"),
+    Entry("train_head_norm_backward", ("dy", "x", "w", "dx", "terms", "tokens", "heads", "hd",
+                                       "eps_bits", "tasks"), "cpu",
+          doc="T-62: qwen3's per-head norm, dx per (token, head) row and one weight term a token"),
     # CPU builds only: the GPU bodies run on the CPU (test support, tests/test_gpu*.py)
     Entry("gpu_ref_gemm_f32", ("a", "b", "c", "m", "n", "k", "trans_a", "trans_b", "a_bf16",
                                "b_bf16"), "cpu"),

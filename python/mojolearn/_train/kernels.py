@@ -17,7 +17,7 @@ from .._core.threads import gemm_tasks, tasks
 from .._ops import calls as _calls
 
 __all__ = [
-    "f32_bits", "bits_f32", "rms_norm_forward", "rms_norm_backward", "gather",
+    "f32_bits", "bits_f32", "rms_norm_forward", "rms_norm_backward", "head_norm_backward", "gather",
     "embedding_backward_into", "ce_rows", "fold_rows", "scalar_div", "clip", "tree_sum",
     "adam_step", "sgd_step", "first_nonfinite", "neg", "gemm", "bias_backward", "lm_head",
 ]
@@ -73,6 +73,19 @@ def rms_norm_backward(dy, x, w, eps_bits: int, dx, dw):
         native().train_rms_norm_backward((_a(dy), _a(x), _a(w), _a(dx), _a(dw), rows, d, eps_bits,
                                           tasks()))
     return dx, dw
+
+
+def head_norm_backward(dy, x, w, eps_bits: int, heads: int, dx, terms):
+    """T-62 (qwen3's per-head q / k norm): x, dy, dx (tokens, heads * hd), each (token,
+    head) a row of hd, w (hd,); dx by T-9, T-10 per row and terms (tokens, hd) = per token
+    the chain over the heads ascending of T-11's terms, both written. The weight
+    gradient is fold(k = tokens) of the terms (fold_rows, or a rank's part)."""
+    tokens = x.shape[0]
+    hd = w.shape[0]
+    if tokens and hd:
+        native().train_head_norm_backward((_a(dy), _a(x), _a(w), _a(dx), _a(terms), tokens, heads,
+                                           hd, eps_bits, tasks()))
+    return dx, terms
 
 
 def gather(table, ids, out):

@@ -1,7 +1,7 @@
-"""The forward and backward of a transformer CausalLM for training (rules T-47 .. T-60 of
-contracts/ops/IDENTICAL_TRAIN_CONTRACT.md; the forward is M-1 .. M-18 with the same
-kernels the inference model calls, so the loss is the inference logits' loss, bit
-for bit).
+"""The forward and backward of a transformer CausalLM for training (rules T-47 .. T-62 of
+contracts/ops/IDENTICAL_TRAIN_CONTRACT.md; the forward is M-1 .. M-18, qwen3's M-33 and
+phi3's M-34 with the same kernels the inference model calls, so the loss is the
+inference logits' loss, bit for bit).
 
 The parameters are float32 arrays by checkpoint name. q/k/v and gate/up are views of
 one stacked array per layer (row blocks), as their gradients are: one product gives
@@ -9,7 +9,8 @@ the stacked matrix's gradient (each output element its own dot over the tokens, 
 the bits of the separate products) and one product takes the gradient back through
 all of them (T-54). Every product is fp32.v1; every sum over tokens is a dot / fold
 over the call's tokens, so micro-batches split on leaf boundaries reassemble by the
-tree (T-59). This module checks nothing the trainer has not checked: it is handed
+tree (T-59); qwen3's per-head norm weights join each token's heads first, one term a
+token, then fold over the tokens (T-62). This module checks nothing the trainer has not checked: it is handed
 int64 ids of the right range and float32 parameters.
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ from .._ops import calls as _calls
 from . import kernels as TK
 
 IGNORE = -100
-TRAINED_TYPES = ("llama", "mistral", "qwen2", "phi3")
+TRAINED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+QK_NORMS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
 
 
 def _mm(a, b, out, m, n, k, ta=0, tb=0):
@@ -65,6 +67,8 @@ def layer_names(cfg, i: int) -> list:
     if cfg.qkv_bias:
         for w in ("q", "k", "v"):
             names.append(p + f"self_attn.{w}_proj.bias")
+    if cfg.qk_norm:  # qwen3's per-head norms (M-33, T-62)
+        names += [p + n for n in QK_NORMS]
     names += [p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
               p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight"]
     return names
@@ -80,6 +84,13 @@ def param_names(cfg) -> list:
     if not cfg.tie_word_embeddings:
         names.append("lm_head.weight")
     return names
+
+
+def _own_arrays(cfg) -> tuple:
+    """A layer's parameters held as arrays of their own (not views of a stacked one)."""
+    own = ("input_layernorm.weight", "post_attention_layernorm.weight",
+           "self_attn.o_proj.weight", "mlp.down_proj.weight")
+    return own + QK_NORMS if cfg.qk_norm else own
 
 
 class Params:
@@ -108,8 +119,7 @@ class Params:
                 bias = np.ascontiguousarray(np.concatenate(
                     [weights[p + f"self_attn.{w}_proj.bias"] for w in "qkv"]), np.float32)
             self._views(i, qkv, gu, bias, nq, nk)
-            for n in ("input_layernorm.weight", "post_attention_layernorm.weight",
-                      "self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            for n in _own_arrays(cfg):
                 self.arrays[p + n] = np.array(weights[p + n], dtype=np.float32, order="C", copy=True)
             self.stacked.append((qkv, gu, bias))
         self.names = param_names(cfg)
@@ -145,8 +155,7 @@ class Params:
             b2 = None if bias is None else np.zeros_like(bias)
             g._views(i, q2, g2, b2, nq, nk)
             p = f"model.layers.{i}."
-            for n in ("input_layernorm.weight", "post_attention_layernorm.weight",
-                      "self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            for n in _own_arrays(cfg):
                 g.arrays[p + n] = np.zeros_like(self.arrays[p + n])
             g.stacked.append((q2, g2, b2))
         return g
@@ -156,7 +165,7 @@ class Params:
 
 
 class _LayerSaved:
-    __slots__ = ("x", "h", "q", "kt", "vc", "p", "ctx", "x1", "h2", "gu", "pm")
+    __slots__ = ("x", "h", "q", "kt", "vc", "p", "ctx", "x1", "h2", "gu", "pm", "qr", "kr")
 
 
 def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | None, emb_acc,
@@ -201,10 +210,20 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | No
         if bias is not None:
             K.add(qkv, bias, qkv)
         s.q = q = _empty(rows, nq)
-        K.rope(qkv, 0, ldq, q, nq, hd, nh, hd, cos, sin, 0, L, rows, rot_dim=rot)
+        qs, q0, lq, ks, k0, lk = qkv, 0, ldq, qkv, nq, ldq
+        if cfg.qk_norm:  # M-33: every head's q and k a row of M-4, before RoPE
+            s.qr = np.ascontiguousarray(qkv[:, :nq])
+            s.kr = np.ascontiguousarray(qkv[:, nq:nq + nk])
+            qs = K.rmsnorm(s.qr.reshape(rows * nh, hd), A[p + QK_NORMS[0]], eps,
+                           _empty(rows * nh, hd)).reshape(rows, nq)
+            ks = K.rmsnorm(s.kr.reshape(rows * kvh, hd), A[p + QK_NORMS[1]], eps,
+                           _empty(rows * kvh, hd)).reshape(rows, nk)
+            q0, lq, k0, lk = 0, nq, 0, nk
+        K.rope(qs, q0, lq, q, nq, hd, nh, hd, cos, sin, 0, L, rows, rot_dim=rot)
         s.kt = kt = _empty(B, kvh, hd, L)
-        K.rope(qkv, nq, ldq, kt, 0, 0, kvh, hd, cos, sin, 0, L, rows, transposed=True, tmax=L,
+        K.rope(ks, k0, lk, kt, 0, 0, kvh, hd, cos, sin, 0, L, rows, transposed=True, tmax=L,
                rot_dim=rot)
+        del qs, ks
         s.vc = vc = np.ascontiguousarray(
             qkv[:, nq + nk:].reshape(B, L, kvh, hd).transpose(0, 2, 1, 3))
         s.ctx = ctx = K.attention(q, nq, kt, vc, _empty(rows, nq), B, L, nh, kvh, hd, 0, L, False)
@@ -280,8 +299,12 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | No
         _attention_backward(s, dctx, dq, dk, dqkv, B, L, nh, kvh, hd, rep, scale, nq, nk)
         del dctx
         # RoPE backward (T-53): the forward's rotation with the sine negated
-        K.rope(dq, 0, nq, dqkv, ldq, hd, nh, hd, cos, nsin, 0, L, rows, rot_dim=rot)
-        K.rope(dk, 0, nk, dqkv[:, nq:], ldq, hd, kvh, hd, cos, nsin, 0, L, rows, rot_dim=rot)
+        if cfg.qk_norm:
+            _head_norms_backward(s, p, A, G, sums, dq, dk, dqkv, rows, nh, kvh, hd, eps, rope, L,
+                                 rot)
+        else:
+            K.rope(dq, 0, nq, dqkv, ldq, hd, nh, hd, cos, nsin, 0, L, rows, rot_dim=rot)
+            K.rope(dk, 0, nk, dqkv[:, nq:], ldq, hd, kvh, hd, cos, nsin, 0, L, rows, rot_dim=rot)
         del dq, dk
         if gbias is not None:  # T-56
             if sums is None:
@@ -321,6 +344,26 @@ class PartSums:
     def fold(self, key, terms):
         ones = np.ones((terms.shape[0], 1), dtype=np.float32)
         self.product(key, ones, terms)
+
+
+def _head_norms_backward(s, p, A, G, sums, dq, dk, dqkv, rows, nh, kvh, hd, eps, rope, L, rot):
+    """qwen3 (M-33): the RoPE backward (T-53) into the normalized q / k, then T-62 per
+    head back to the projection's q / k columns of dqkv; each norm weight's gradient is
+    fold(k = tokens) of the per-token terms (or this rank's part of that fold)."""
+    cos, _sin, nsin = rope
+    nq, nk = nh * hd, kvh * hd
+    for (heads, n, x, d, c0), name in zip(((nh, nq, s.qr, dq, 0), (kvh, nk, s.kr, dk, nq)),
+                                          QK_NORMS):
+        dn = _empty(rows, n)
+        K.rope(d, 0, n, dn, n, hd, heads, hd, cos, nsin, 0, L, rows, rot_dim=rot)
+        dxn = _empty(rows, n)
+        terms = _empty(rows, hd)
+        TK.head_norm_backward(dn, x, A[p + name], eps, heads, dxn, terms)
+        dqkv[:, c0:c0 + n] = dxn
+        if sums is None:
+            G[p + name][...] = TK.fold_rows(terms)
+        else:
+            sums.fold(p + name, terms)
 
 
 def _attention_backward(s, dctx, dq, dk, dqkv, B, L, nh, kvh, hd, rep, scale, nq, nk):

@@ -33,8 +33,9 @@ def _bits_f32(bits: int) -> float:
 
 
 class Trainer:
-    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, phi3) with the same bits
-    on every CPU build and thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*).
+    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) with the same
+    bits on every CPU build and thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md,
+    rules T-*).
 
     ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None, eps=None,
     momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None, progress=False,
@@ -93,10 +94,6 @@ class Trainer:
             raise NotImplementedError(
                 f"mojolearn: Trainer: model_type {cfg.model_type!r} is not trained in this "
                 f"version; the trainer computes {', '.join(M.TRAINED_TYPES)}")
-        if cfg.qk_norm:
-            raise NotImplementedError(
-                f"mojolearn: Trainer: model_type {cfg.model_type!r} with per-head q/k norms "
-                f"(M-33) is not trained in this version")
         if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
             raise ValueError(f"mojolearn: Trainer: optimizer={optimizer!r}; use one of "
                              f"{', '.join(repr(k) for k in OPTIMIZERS)}")
@@ -299,7 +296,7 @@ class Trainer:
             return K.add(np.ascontiguousarray(folded["head"]), emb, np.empty_like(emb))  # T-57
         if n == "lm_head.weight":
             return np.ascontiguousarray(folded["head"])
-        if n.endswith("layernorm.weight") or n == "model.norm.weight":
+        if n.endswith(("layernorm.weight", "_norm.weight")) or n == "model.norm.weight":
             return np.ascontiguousarray(folded[n].reshape(-1))
         p, _, rest = n.rpartition("self_attn.") if "self_attn." in n else n.rpartition("mlp.")
         if rest in ("q_proj.weight", "k_proj.weight", "v_proj.weight"):
@@ -476,7 +473,7 @@ class Trainer:
 
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-        "phi3": "Phi3ForCausalLM"}
+        "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
 
 
 def _config_dict(cfg) -> dict:
@@ -491,7 +488,7 @@ def _config_dict(cfg) -> dict:
         "tie_word_embeddings": cfg.tie_word_embeddings, "hidden_act": "silu",
         "torch_dtype": "float32",
     }
-    if cfg.model_type == "qwen2":
+    if cfg.model_type in ("qwen2", "qwen3"):
         d["use_sliding_window"] = False
     if cfg.model_type == "phi3":
         d["partial_rotary_factor"] = cfg.rotary_dim / cfg.head_dim
