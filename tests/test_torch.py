@@ -293,3 +293,26 @@ def test_softmax_log_softmax_mean_routed():
     assert outs[0][0] == bits(MO.softmax_rows(xn))
     assert outs[0][1] == bits(MO.softmax_rows(xn, log=True))
     assert outs[0][2] == bits(MO.mean_rows(xn)[..., None])
+
+
+def test_torch_runs_one_thread_while_the_mode_is_on():
+    """While the mode is on torch's own ops run on one intra-op thread (its workers would
+    spin on the cores the mode's kernels use); the count found comes back when the mode
+    goes off, and a count the user sets inside a block is kept."""
+    torch.set_num_threads(2)
+    with mt.identical():
+        assert torch.get_num_threads() == 1
+        with mt.identical():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2
+    mt.enable()
+    assert torch.get_num_threads() == 1
+    mt.disable()
+    assert torch.get_num_threads() == 2
+    with mt.identical():
+        torch.set_num_threads(2)    # the user's choice inside the block
+        x = t(40, 70)
+        assert bits(x @ x.T) == bits(linalg.matmul(x.numpy(), x.numpy(), transpose_b=True))
+        torch.set_num_threads(3)
+    assert torch.get_num_threads() == 3

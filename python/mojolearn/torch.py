@@ -90,6 +90,14 @@ SCOPE AND THREADS
     ``mojolearn.numeric_mode()``). Threads without a block of their own run the
     mode's kernels while it is on, under the numeric mode in force.
 
+    While the mode is on, torch's own ops run on one intra-op thread
+    (``torch.set_num_threads(1)``; the count found is restored when the mode goes
+    off, unless it was changed meanwhile): torch's workers spin for a while after each
+    parallel region, on the cores the mode's kernels use next, which cost a
+    transformers prefill 1.3-1.7x its time on 2 cores. The mode's kernels use
+    ``mojolearn.get_num_threads()`` threads; ``torch.set_num_threads(n)`` inside a
+    block gives torch its threads back.
+
     The first use registers the kernels, and they stay registered for the rest of
     the process (taking them out while other threads dispatch to them is not safe in
     torch): off, each covered op passes through a cheap Python check on its way to

@@ -649,8 +649,9 @@ def _update():
     """Bring the process-wide state in line with the open blocks and enable(): the
     numeric mode in force, and the switch (registering on first use; saving the SDP
     flags and the compiler's stance when the mode goes on, restoring them when it goes
-    off). Called with _lock held; raises before changing anything when the mode can not
-    go on."""
+    off; torch's intra-op thread count set to 1 while on, the count found restored when
+    it goes off unless it was changed meanwhile). Called with _lock held; raises before
+    changing anything when the mode can not go on."""
     global _on
     on = bool(_blocks) or _explicit[0]
     if on and not _on:
@@ -658,19 +659,27 @@ def _update():
         try:
             _register()
             flags = _sdp_state()
-            # sdpa then takes its math path (bmm): on the CPU the flash switch decides,
-            # on a GPU the memory-efficient and cuDNN kernels too
+            # sdpa's other calls then take its math path (bmm): on the CPU the flash
+            # switch decides, on a GPU the memory-efficient and cuDNN kernels too
             _sdp_set({k: False for k in flags if k == "flash" or gpu_covered()})
         except BaseException:
             stance.__exit__(None, None, None)
             raise
-        _saved.update(flags=flags, stance=stance)
+        # torch's own ops on one thread: its intra-op workers spin for a while after
+        # each parallel region, on the cores the mode's kernels then need (a prefill of
+        # SmolLM2-135M on 2 cores ran 1.3-1.7x slower with them spinning)
+        threads = _torch.get_num_threads()
+        _torch.set_num_threads(1)
+        _saved.update(flags=flags, stance=stance, threads=threads)
     # one thread's blocks: its innermost; several threads': all the same mode (_admit)
     _mode[0] = next(iter(_blocks.values()))[-1] if _blocks else _explicit[1]
     if _on and not on:
         _on = False
         _sdp_set(_saved.pop("flags"))
         _saved.pop("stance").__exit__(None, None, None)
+        threads = _saved.pop("threads")
+        if _torch.get_num_threads() == 1:   # unless changed while the mode was on
+            _torch.set_num_threads(threads)
     _on = on
 
 
