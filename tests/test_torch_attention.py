@@ -143,7 +143,13 @@ def test_sdpa_other_calls_take_the_math_path(what):
         got = sdpa(q, k, v, **kw)
         assert mt.calls()["mojolearn"] - c0 >= 2    # two bmm at least
         want = _math(q, k, v, **kw)
+        # with a gradient wanted the math path records its graph (torch's autograd)
+        qg = q.detach().clone().requires_grad_()
+        sdpa(qg, k, v, **kw).sum().backward()
+        qw = q.detach().clone().requires_grad_()
+        _math(qw, k, v, **kw).sum().backward()
     assert (u32(got) == u32(want)).all()
+    assert (u32(qg.grad) == u32(qw.grad)).all()
 
 
 def _trainer_backward(q, k, v, g):
@@ -207,10 +213,8 @@ transformers = pytest.importorskip("transformers")
 
 def test_transformers_sdpa_training_step_identical():
     """A transformers Llama (sdpa attention, GQA) trained one step inside the mode: the
-    loss and every gradient have the same bits for 1 and 2 threads and with the batch
-    split in two (gradients of the sum of the halves' losses are not the whole batch's,
-    so the split compares each row's own forward); the fused kernel serves every
-    attention call; the gradients are within 1e-4 of torch's own."""
+    loss and every gradient have the same bits for 1 and 2 threads; a row's logits alone
+    equal its logits in the batch; the gradients are within 1e-4 of torch's own."""
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=200, hidden_size=64, intermediate_size=96,
                                    num_hidden_layers=2, num_attention_heads=4,

@@ -93,8 +93,8 @@ SCOPE AND THREADS
     While the mode is on, torch's own ops run on one intra-op thread
     (``torch.set_num_threads(1)``; the count found is restored when the mode goes
     off, unless it was changed meanwhile): torch's workers spin for a while after each
-    parallel region, on the cores the mode's kernels use next, which cost a
-    transformers prefill 1.3-1.7x its time on 2 cores. The mode's kernels use
+    parallel region, on the cores the mode's kernels use next (on 2 cores a
+    transformers prefill in the mode ran 1.2-1.4x faster with torch on one thread). The mode's kernels use
     ``mojolearn.get_num_threads()`` threads; ``torch.set_num_threads(n)`` inside a
     block gives torch its threads back.
 

@@ -667,7 +667,7 @@ def _update():
             raise
         # torch's own ops on one thread: its intra-op workers spin for a while after
         # each parallel region, on the cores the mode's kernels then need (a prefill of
-        # SmolLM2-135M on 2 cores ran 1.3-1.7x slower with them spinning)
+        # SmolLM2-135M on 2 cores ran 1.2-1.4x slower with them spinning)
         threads = _torch.get_num_threads()
         _torch.set_num_threads(1)
         _saved.update(flags=flags, stance=stance, threads=threads)

@@ -281,6 +281,16 @@ class DeviceTrainStep:
         dp, ds, dqs = bufs.f32(n, L), bufs.f32(n, L), bufs.f32(n, hd)
         dkg, dvg = bufs.f32(L, hd), bufs.f32(L, hd)
         nz = self.negzero.addr
+
+        def norm_back(dy, x, wname, dres):
+            """A block norm's backward (T-9 .. T-11) joined to the residual's gradient
+            (T-55): a new buffer dres + dx."""
+            dxn = bufs.f32(rows, d)
+            ops.append(("train_rms_norm_backward", dy.addr, x.addr, P[wname].addr, dxn.addr,
+                        G[wname].addr, rows, d, eps))
+            ops.append(("nn_add", dres.addr, d, dxn.addr, d, dxn.addr, d, rows, d))
+            return dxn
+
         for i in reversed(range(len(self.stacked))):
             p = f"model.layers.{i}."
             s = saved[i]
@@ -295,12 +305,7 @@ class DeviceTrainStep:
             dh2 = bufs.f32(rows, d)
             mm(dgu.addr, wgu.addr, dh2.addr, rows, d, 2 * ff)
             mm(dgu.addr, s["h2"].addr, ggu.addr, 2 * ff, d, rows, 1, 0)
-            dxn = bufs.f32(rows, d)
-            ops.append(("train_rms_norm_backward", dh2.addr, s["x1"].addr,
-                        P[p + "post_attention_layernorm.weight"].addr, dxn.addr,
-                        G[p + "post_attention_layernorm.weight"].addr, rows, d, eps))
-            dx1 = dxn
-            ops.append(("nn_add", dx.addr, d, dxn.addr, d, dx1.addr, d, rows, d))
+            dx1 = norm_back(dh2, s["x1"], p + "post_attention_layernorm.weight", dx)
             # attention (T-48 .. T-51), o_proj (T-5, T-6)
             dctx = bufs.f32(rows, nq)
             mm(dx1.addr, P[p + "self_attn.o_proj.weight"].addr, dctx.addr, rows, nq, d)
@@ -337,12 +342,7 @@ class DeviceTrainStep:
             dh = bufs.f32(rows, d)
             mm(dqkv.addr, wqkv.addr, dh.addr, rows, d, ldq)
             mm(dqkv.addr, s["h"].addr, gqkv.addr, ldq, d, rows, 1, 0)
-            dxn2 = bufs.f32(rows, d)
-            ops.append(("train_rms_norm_backward", dh.addr, s["x"].addr,
-                        P[p + "input_layernorm.weight"].addr, dxn2.addr,
-                        G[p + "input_layernorm.weight"].addr, rows, d, eps))
-            dx = dxn2
-            ops.append(("nn_add", dx1.addr, d, dxn2.addr, d, dx.addr, d, rows, d))
+            dx = norm_back(dh, s["x"], p + "input_layernorm.weight", dx1)
         # the embedding's chain (T-13); tied: the head's gradient plus the chain (T-57)
         emb = G["model.embed_tokens.weight"]
         if cfg.tie_word_embeddings:
