@@ -59,7 +59,9 @@ ORDER = [
     # training
     "mojolearn._train", "mojolearn._train.kernels", "mojolearn._train.primitives",
     "mojolearn._train.schedule", "mojolearn._train.optim", "mojolearn._train.model",
-    "mojolearn._train.ranks", "mojolearn._train.device", "mojolearn._train.trainer",
+    "mojolearn._train.ranks",
+    "mojolearn._train.ssm",
+    "mojolearn._train.device", "mojolearn._train.trainer",
     "mojolearn.training",
     # the torch mode
     "mojolearn._torch", "mojolearn._torch.mode", "mojolearn.torch",
