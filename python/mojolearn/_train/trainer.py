@@ -1,5 +1,6 @@
 """The trainer: a CausalLM's parameters, an optimizer from optim.py, the gradients of
-model.py, checkpoints that resume bit for bit (T-58 .. T-60)."""
+model.py (transformers) or ssm/model.py (Mamba-1), checkpoints that resume bit for bit
+(T-58 .. T-60, T-74)."""
 from __future__ import annotations
 
 import json
@@ -34,9 +35,12 @@ def _bits_f32(bits: int) -> float:
 
 
 class Trainer:
-    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) with the same
-    bits on every CPU build and thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md,
-    rules T-*).
+    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) or a Mamba-1
+    ``MambaLM`` (model_type "mamba", T-63 .. T-74) with the same bits on every CPU build and
+    thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*). For a Mamba-1 model
+    ``group=`` and ``device="gpu"`` are refused by name, and Mamba-2 ("mamba2") is not
+    trained in this version (refused by name); ``model`` is then a ``MambaLM`` and
+    ``save_model`` writes a ``MambaForCausalLM`` folder.
 
     ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None, eps=None,
     momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None, progress=False,
