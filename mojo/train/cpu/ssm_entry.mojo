@@ -9,7 +9,7 @@ from std.memory import bitcast
 from common.ptr import ptr_f32
 from common.tasks import chunk_bounds, run_tasks
 from train.cpu.ssm_ops import (
-    lane_norm_bwd_rows, silu_bwd_rows, softplus_bwd_rows, conv_bwd_range, ScanBwd,
+    W, lane_norm_bwd_rows, silu_bwd_rows, softplus_bwd_rows, conv_bwd_range, ScanBwd,
     mamba1_scan_bwd_range,
 )
 
@@ -121,8 +121,8 @@ def train_mamba1_scan_backward(args: PythonObject) raises -> PythonObject:
         _arg(args, 16), _arg(args, 17), _arg(args, 18), _arg(args, 19), _arg(args, 20),
         _arg(args, 21), _arg(args, 23), _arg(args, 24), _arg(args, 22) * _arg(args, 23),
     )
-    var units = _arg(args, 22) * _arg(args, 24)
-    var tc = _tasks(units, _arg(args, 25), max(1, 64 // max(1, s.L)))
+    var units = _arg(args, 22) * ((_arg(args, 24) + W - 1) // W)
+    var tc = _tasks(units, _arg(args, 25), max(1, 8 // max(1, s.L)))
     def work(t: Int) {imm s, imm units, imm tc}:
         var b = chunk_bounds(units, tc, t, 1)
         mamba1_scan_bwd_range(s, b[0], b[1])

@@ -14,11 +14,14 @@ an add), fmas by std.math.fma where a rule names one.
 """
 from std.math import fma
 from std.memory.alloc import unsafe_alloc
+from std.sys import simd_width_of
+from std.collections import Array
 from common.ptr import F32Ptr
 from arith.fp import ftz, daz_in
 from arith.elementary import mul, sqrt_rn, expf, silu
 
 comptime F1 = SIMD[DType.float32, 1]
+comptime W = simd_width_of[DType.float32]()
 
 
 @always_inline
@@ -216,19 +219,20 @@ struct ScanBwd(ImplicitlyCopyable, Movable):
         self.rows = rows
 
 
-def mamba1_scan_bwd_range(s: ScanBwd, u0: Int, u1: Int):
-    """T-68 .. T-71 for units u0 .. u1 of (batch row b, channel c): the forward scan
-    recomputed with S-17's steps (h after every token kept, y kept), then the tokens in
-    reverse with the gradient of h carried (see the rules for every step)."""
+@always_inline
+def _scan_bwd_cols[w: Int](s: ScanBwd, b: Int, c0: Int, hist: F32Ptr, das: F32Ptr, ys: F32Ptr,
+                          ab: F32Ptr):
+    """Channels c0 .. c0 + w of batch row b, one channel a lane (each lane runs the scalar
+    rule alone: the bits of one channel at a time). hist: (L + 1) * 16 * w floats (h
+    after each token, state-major, lanes innermost), das: L * 16 * w (the forward's da,
+    kept: the same value T-68 recomputes), ys: L * w, ab: 16 * w (A)."""
+    comptime V = SIMD[DType.float32, w]
     var L = s.L
     var di = s.di
-    var hist = unsafe_alloc[Float32]((L + 1) * 16, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
-    var ys = unsafe_alloc[Float32](max(1, L), alignment=64).unsafe_origin_cast[MutAnyOrigin]()
     var u = F32Ptr(unsafe_from_address=s.u)
     var dl = F32Ptr(unsafe_from_address=s.dl)
     var ap = F32Ptr(unsafe_from_address=s.a)
     var bc = F32Ptr(unsafe_from_address=s.bc)
-    var dvp = F32Ptr(unsafe_from_address=s.dv)
     var zp = F32Ptr(unsafe_from_address=s.z)
     var dgp = F32Ptr(unsafe_from_address=s.dg)
     var dup = F32Ptr(unsafe_from_address=s.du)
@@ -238,61 +242,109 @@ def mamba1_scan_bwd_range(s: ScanBwd, u0: Int, u1: Int):
     var tcp = F32Ptr(unsafe_from_address=s.tc)
     var tap = F32Ptr(unsafe_from_address=s.ta)
     var tdp = F32Ptr(unsafe_from_address=s.td)
-    for unit in range(u0, u1):
-        var b = unit // di
-        var c = unit % di
-        var dc = _ld(dvp, c)
+    for i in range(w):
         for nn in range(16):
-            hist.unsafe_store(nn, Float32(0))
-        # the forward (S-17), h after token t at hist[(t + 1) * 16 ..]
-        for t in range(L):
-            var row = b * L + t
-            var delta = _ld(dl, row * s.ldd + c)
-            var uu = _ld(u, row * s.ldu + c)
-            var y = F1(0)
+            ab.unsafe_store(nn * w + i, _ld(ap, (c0 + i) * 16 + nn)[0])
+    var dc = daz_in(F32Ptr(unsafe_from_address=s.dv).unsafe_offset(c0).unsafe_load[width=w](0))
+    for nn in range(16):
+        hist.unsafe_offset(nn * w).unsafe_store(0, V(0))
+    # the forward (S-17): h after token t at hist[(t + 1) * 16 * w ..]
+    for t in range(L):
+        var row = b * L + t
+        var delta = daz_in(dl.unsafe_offset(row * s.ldd + c0).unsafe_load[width=w](0))
+        var uu = daz_in(u.unsafe_offset(row * s.ldu + c0).unsafe_load[width=w](0))
+        var y = V(0)
+        for nn in range(16):
+            var av = ab.unsafe_offset(nn * w).unsafe_load[width=w](0)
+            var da = ftz(expf(ftz(mul(delta, av))))
+            var db = ftz(mul(delta, V(_ld(bc, row * s.ldbc + s.boff + nn)[0])))
+            var dbu = ftz(mul(db, uu))
+            var hp = hist.unsafe_offset((t * 16 + nn) * w).unsafe_load[width=w](0)
+            var hv = ftz(fma(da, hp, dbu))
+            hist.unsafe_offset(((t + 1) * 16 + nn) * w).unsafe_store(0, hv)
+            das.unsafe_offset((t * 16 + nn) * w).unsafe_store(0, da)
+            y = ftz(fma(V(_ld(bc, row * s.ldbc + s.coff + nn)[0]), hv, y))
+        ys.unsafe_offset(t * w).unsafe_store(0, y)
+    # the backward, tokens in reverse; the carried gradient of h starts at +0
+    var carry = Array[V, 16](fill=V(0))
+    var t = L - 1
+    while t >= 0:
+        var row = b * L + t
+        var delta = daz_in(dl.unsafe_offset(row * s.ldd + c0).unsafe_load[width=w](0))
+        var uu = daz_in(u.unsafe_offset(row * s.ldu + c0).unsafe_load[width=w](0))
+        var zz = daz_in(zp.unsafe_offset(row * s.ldz + c0).unsafe_load[width=w](0))
+        var g = daz_in(dgp.unsafe_offset(row * s.ldg + c0).unsafe_load[width=w](0))
+        var sk = ftz(ys.unsafe_offset(t * w).unsafe_load[width=w](0) + ftz(mul(uu, dc)))
+        var ds = ftz(mul(g, silu(zz)))
+        dzp.unsafe_offset(row * s.lddz + c0).unsafe_store(0, ftz(mul(ftz(mul(g, sk)), _dsilu_w[w](zz))))
+        tdp.unsafe_offset(row * di + c0).unsafe_store(0, ftz(mul(ds, uu)))
+        var dua = V(0)
+        var dda = V(0)
+        var tbs = Array[V, 16](fill=V(0))
+        var tcs = Array[V, 16](fill=V(0))
+        var tas = Array[V, 16](fill=V(0))
+        for nn in range(16):
+            var an = ab.unsafe_offset(nn * w).unsafe_load[width=w](0)
+            var bn = V(_ld(bc, row * s.ldbc + s.boff + nn)[0])
+            var cn = V(_ld(bc, row * s.ldbc + s.coff + nn)[0])
+            var hn = hist.unsafe_offset(((t + 1) * 16 + nn) * w).unsafe_load[width=w](0)
+            var hp = hist.unsafe_offset((t * 16 + nn) * w).unsafe_load[width=w](0)
+            var dh = ftz(fma(ds, cn, carry[nn]))
+            var da = das.unsafe_offset((t * 16 + nn) * w).unsafe_load[width=w](0)
+            var db = ftz(mul(delta, bn))
+            carry[nn] = ftz(mul(dh, da))
+            var ddb = ftz(mul(dh, uu))
+            dua = ftz(fma(dh, db, dua))
+            var dp = ftz(mul(ftz(mul(dh, hp)), da))
+            dda = ftz(fma(ddb, bn, dda))
+            dda = ftz(fma(dp, an, dda))
+            tbs[nn] = ftz(mul(ddb, delta))
+            tcs[nn] = ftz(mul(ds, hn))
+            tas[nn] = ftz(mul(ftz(mul(dp, delta)), an))
+        for i in range(w):  # each channel's 16 terms are contiguous
+            var c = c0 + i
+            var ob = tbp.unsafe_offset((c * s.rows + row) * 16)
+            var oc = tcp.unsafe_offset((c * s.rows + row) * 16)
+            var oa = tap.unsafe_offset(row * di * 16 + c * 16)
             for nn in range(16):
-                var da = ftz(expf(_mul(delta, _ld(ap, c * 16 + nn))))
-                var db = _mul(delta, _ld(bc, row * s.ldbc + s.boff + nn))
-                var dbu = _mul(db, uu)
-                var hv = _fma(da, F1(hist.unsafe_load(t * 16 + nn)), dbu)
-                hist.unsafe_store((t + 1) * 16 + nn, hv[0])
-                y = _fma(_ld(bc, row * s.ldbc + s.coff + nn), hv, y)
-            ys.unsafe_store(t, y[0])
-        # the backward, tokens in reverse; the carried gradient of h starts at +0
-        var carry = SIMD[DType.float32, 16](0)
-        var t = L - 1
-        while t >= 0:
-            var row = b * L + t
-            var delta = _ld(dl, row * s.ldd + c)
-            var uu = _ld(u, row * s.ldu + c)
-            var zz = _ld(zp, row * s.ldz + c)
-            var g = _ld(dgp, row * s.ldg + c)
-            var sk = _add(F1(ys.unsafe_load(t)), _mul(uu, dc))  # S-18's s
-            var ds = _mul(g, silu(zz))
-            dzp.unsafe_store(row * s.lddz + c, _mul(_mul(g, sk), _dsilu(zz))[0])
-            tdp.unsafe_store(row * di + c, _mul(ds, uu)[0])
-            var dua = F1(0)
-            var dda = F1(0)
-            for nn in range(16):
-                var an = _ld(ap, c * 16 + nn)
-                var bn = _ld(bc, row * s.ldbc + s.boff + nn)
-                var cn = _ld(bc, row * s.ldbc + s.coff + nn)
-                var hn = F1(hist.unsafe_load((t + 1) * 16 + nn))
-                var hp = F1(hist.unsafe_load(t * 16 + nn))
-                var dh = _fma(ds, cn, F1(carry[nn]))
-                var da = ftz(expf(_mul(delta, an)))
-                var db = _mul(delta, bn)
-                carry[nn] = _mul(dh, da)[0]
-                var ddb = _mul(dh, uu)
-                dua = _fma(dh, db, dua)
-                var dp = _mul(_mul(dh, hp), da)
-                dda = _fma(ddb, bn, dda)
-                dda = _fma(dp, an, dda)
-                tbp.unsafe_store((c * s.rows + row) * 16 + nn, _mul(ddb, delta)[0])
-                tcp.unsafe_store((c * s.rows + row) * 16 + nn, _mul(ds, hn)[0])
-                tap.unsafe_store(row * di * 16 + c * 16 + nn, _mul(_mul(dp, delta), an)[0])
-            dup.unsafe_store(row * s.ldg + c, _add(dua, _mul(ds, dc))[0])
-            ddp.unsafe_store(row * s.ldg + c, dda[0])
-            t -= 1
+                ob.unsafe_store(nn, tbs[nn][i])
+                oc.unsafe_store(nn, tcs[nn][i])
+                oa.unsafe_store(nn, tas[nn][i])
+        dup.unsafe_offset(row * s.ldg + c0).unsafe_store(0, ftz(dua + ftz(mul(ds, dc))))
+        ddp.unsafe_offset(row * s.ldg + c0).unsafe_store(0, dda)
+        t -= 1
+
+
+@always_inline
+def _dsilu_w[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """T-66's ds lane by lane (each lane the scalar steps of _dsilu)."""
+    comptime V = SIMD[DType.float32, w]
+    var den = ftz(ftz(expf(-x)) + V(1))
+    var sg = ftz(V(1) / den)
+    return ftz(mul(sg, ftz(V(1) + ftz(mul(x, ftz(V(1) - sg))))))
+
+
+def mamba1_scan_bwd_range(s: ScanBwd, u0: Int, u1: Int):
+    """T-68 .. T-71 for units u0 .. u1 of (batch row b, block of W channels): the forward
+    scan recomputed with S-17's steps (h after every token kept, y kept), then the tokens
+    in reverse with the gradient of h carried (see the rules for every step). W channels
+    a step in the lanes; a last partial block one channel at a time."""
+    var L = s.L
+    var di = s.di
+    var nblk = (di + W - 1) // W
+    var hist = unsafe_alloc[Float32]((L + 1) * 16 * W, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var ys = unsafe_alloc[Float32](max(1, L) * W, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var ab = unsafe_alloc[Float32](16 * W, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var das = unsafe_alloc[Float32](max(1, L) * 16 * W, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    for unit in range(u0, u1):
+        var b = unit // nblk
+        var c0 = (unit % nblk) * W
+        if c0 + W <= di:
+            _scan_bwd_cols[W](s, b, c0, hist, das, ys, ab)
+        else:
+            for c in range(c0, di):
+                _scan_bwd_cols[1](s, b, c, hist, das, ys, ab)
+    das.unsafe_free()
     hist.unsafe_free()
     ys.unsafe_free()
+    ab.unsafe_free()
