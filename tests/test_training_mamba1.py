@@ -201,6 +201,38 @@ def test_T68_T69_T70_sabotaged_orders_change_the_bits():
                 (variant, k)
 
 
+def test_T63_to_T71_kernels_give_the_same_bits_at_every_thread_count():
+    """T-63, T-65, T-66, T-67, T-68 (identity): each backward kernel at 1, 2 and 3 threads
+    (units split differently; 37 channels: two full lane blocks and a partial one) gives
+    the same bits."""
+    from mojolearn._core import threads
+
+    B, L, di = 3, 11, 37
+    args = _scan_inputs(B, L, di, 77)
+    rng = np.random.default_rng(78)
+    x, g = edgy(rng, (B * L, di)), edgy(rng, (B * L, di))
+    w4 = edgy(rng, (di, 4), specials=False)
+    nw = (1 + 0.1 * rng.standard_normal(di)).astype(np.float32)
+    old = threads.get_num_threads()
+    runs = []
+    try:
+        for n in (1, 2, 3):
+            threads.set_num_threads(n)
+            out = list(_scan_kernel(B, L, di, *args).values())
+            dx, t = np.empty_like(x), np.empty_like(x)
+            out += list(TK.ssm_norm_backward(g, x, nw, TK.f32_bits(1e-5), dx, t))
+            out.append(TK.ssm_silu_backward(x, g, np.empty_like(x)))
+            out.append(TK.ssm_softplus_backward(x, nw, g, np.empty_like(x)))
+            dx2, t2 = np.empty_like(x), np.empty((B * L, 4 * di), np.float32)
+            out += list(TK.ssm_conv_backward(x, w4, g, dx2, t2, B, L))
+            runs.append([np.array(o, copy=True) for o in out])
+    finally:
+        threads.set_num_threads(old)
+    for r in runs[1:]:
+        for i, (a, b) in enumerate(zip(r, runs[0])):
+            same(a, b, f"output {i}")
+
+
 def _layer(path, i=0):
     from safetensors.numpy import load_file
 

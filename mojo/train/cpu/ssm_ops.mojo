@@ -8,9 +8,11 @@ Every function covers a range of independent units (rows, or (batch row, channel
 pairs) and writes only its units' outputs, so no result depends on how an entry splits
 a call into tasks. Sums over tokens or channels are not taken here: the kernels store
 one term per (token, ...) and the caller folds them (T-2's fold, train_fold_rows).
-Scalar code, one element at a time: every operand is read flushed (daz_in) and every
-value flushed (ftz) as it is made, products by arith.elementary.mul (never fused into
-an add), fmas by std.math.fma where a rule names one.
+The elementwise, norm and conv kernels run one element at a time; the scan backward
+puts W channels in the SIMD lanes, each lane running exactly the scalar rule. Every
+operand is read flushed (daz_in) and every value flushed (ftz) as it is made, products
+by arith.elementary.mul (never fused into an add), fmas by std.math.fma where a rule
+names one.
 """
 from std.math import fma
 from std.memory.alloc import unsafe_alloc
