@@ -9,7 +9,7 @@ PUBLIC API
 ----------
 lane_norm_backward(dy, x, w, eps) -> (dx, terms)           T-63, T-64 (terms per row)
 silu_backward(v, du) -> dv                                 T-66
-softplus_backward(raw, bias, dd) -> dv                     T-67
+softplus_backward(raw, bias, dd, clamp=None) -> dv         T-67 (clamp: S-19's (lo, hi))
 conv_backward(x, w, g) -> (dx, terms)                      T-65; x, g (B, L, C); terms
                                                            (B, L, C, 4)
 scan_backward(u, delta, A, Bm, Cm, D, z, g, variant=()) -> dict
@@ -83,12 +83,21 @@ def silu_backward(v, du):
     return mul(_a(du), dsilu(v))
 
 
-def softplus_backward(raw, bias, dd):
-    """T-67: v = add(raw, bias); v > 20 passes dd; else mul(dd, div(1, add(expf(neg(v)), 1)))."""
+def softplus_backward(raw, bias, dd, clamp=None):
+    """T-67: v = add(raw, bias); v > 20 passes dd; else mul(dd, div(1, add(expf(neg(v)), 1)));
+    with clamp = (lo, hi) (S-19), +0 where the clamp replaces softplus(v)."""
     v = add(_a(raw), _a(bias))
     dd = _a(dd)
     sg = div(F(1), add(expf(neg(v)), F(1)))
-    return np.where(v > F(20), dd, mul(dd, sg)).astype(np.float32)
+    out = np.where(v > F(20), dd, mul(dd, sg)).astype(np.float32)
+    if clamp is not None:
+        lo, hi = (ftz(np.float32(c)) for c in clamp)
+        c = SO.softplus(v)
+        low = SO._gt(lo, c)
+        c = np.where(low, lo, c)
+        hit = low | SO._gt(c, hi)
+        out = np.where(hit, F(0), out).astype(np.float32)
+    return out
 
 
 def conv_backward(x, w, g):

@@ -119,6 +119,29 @@ def test_T66_T67_silu_and_softplus_backward_equal_the_oracle():
         assert o[0, 0] == np.float32(0.75), (x, o)
 
 
+def test_T67_softplus_backward_with_the_clamp_equals_the_oracle():
+    """T-67 with S-19's clamp (Mamba-2's time_step_limit): +0 where the clamp replaced the
+    value, the softplus gradient elsewhere; limits met exactly, either side of them, -0 and
+    +0 limits, lo > hi (nothing passes), and an unclamped run unchanged."""
+    rng = np.random.default_rng(9)
+    raw = edgy(rng, (9, 13), scale=3)
+    bias = np.zeros(13, dtype=np.float32)
+    dy = edgy(rng, (9, 13))
+    sp = SO.softplus(raw)  # land some values exactly on the limits
+    lim = (float(sp[1, 2]), float(sp[3, 4]))
+    lo, hi = min(lim), max(lim)
+    for clamp in ((lo, hi), (0.0, float("inf")), (-0.0, 0.5), (0.3, 0.3), (2.0, 0.5)):
+        bits_pair = (TK.f32_bits(clamp[0]), TK.f32_bits(clamp[1]))
+        out = np.empty_like(raw)
+        TK.ssm_softplus_backward(raw, bias, dy, out, bits_pair)
+        same(out, MO.softplus_backward(raw, bias, dy, clamp), f"clamp {clamp}")
+    assert not np.any(bits(out))  # lo > hi: every gradient +0
+    plain = np.empty_like(raw)
+    TK.ssm_softplus_backward(raw, bias, dy, plain)
+    TK.ssm_softplus_backward(raw, bias, dy, out, (TK.f32_bits(0.0), TK.f32_bits(float("inf"))))
+    same(out, plain, "the clamp (0, inf) changes nothing")
+
+
 @pytest.mark.parametrize("B, L, C", [(1, 1, 3), (2, 3, 5), (2, 4, 17), (3, 9, 1), (1, 23, 33)])
 def test_T65_conv_backward_equals_the_oracle(B, L, C):
     """T-65: the causal conv's dx (through the 4 taps, fewer near a row's end and at

@@ -69,7 +69,7 @@ def train_ssm_silu_backward(args: PythonObject) raises -> PythonObject:
 
 
 def train_ssm_softplus_backward(args: PythonObject) raises -> PythonObject:
-    """(raw, ldr, bias, dy, ldy, out, ldo, rows, n, tasks): T-67."""
+    """(raw, ldr, bias, dy, ldy, out, ldo, rows, n, clamp, lo_bits, hi_bits, tasks): T-67."""
     var raw = ptr_f32(_arg(args, 0))
     var ldr = _arg(args, 1)
     var bias = ptr_f32(_arg(args, 2))
@@ -79,10 +79,13 @@ def train_ssm_softplus_backward(args: PythonObject) raises -> PythonObject:
     var ldo = _arg(args, 6)
     var rows = _arg(args, 7)
     var n = _arg(args, 8)
-    var tc = _tasks(rows, _arg(args, 9), max(1, 2048 // max(1, n)))
-    def work(t: Int) {imm raw, imm ldr, imm bias, imm dy, imm ldy, imm out, imm ldo, imm rows, imm n, imm tc}:
+    var clamp = _arg(args, 9) != 0
+    var lo = _f32(_arg(args, 10))
+    var hi = _f32(_arg(args, 11))
+    var tc = _tasks(rows, _arg(args, 12), max(1, 2048 // max(1, n)))
+    def work(t: Int) {imm raw, imm ldr, imm bias, imm dy, imm ldy, imm out, imm ldo, imm rows, imm n, imm clamp, imm lo, imm hi, imm tc}:
         var b = chunk_bounds(rows, tc, t, 1)
-        softplus_bwd_rows(raw, ldr, bias, dy, ldy, out, ldo, n, b[0], b[1])
+        softplus_bwd_rows(raw, ldr, bias, dy, ldy, out, ldo, n, clamp, lo, hi, b[0], b[1])
 
     run_tasks(work, tc)
     return PythonObject(None)

@@ -20,7 +20,8 @@ from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr
 from arith.fp import ftz, daz_in
-from arith.elementary import mul, sqrt_rn, expf, silu
+from arith.elementary import mul, sqrt_rn, expf, silu, softplus
+from ssm.cpu.ops import _gt_total
 
 comptime F1 = SIMD[DType.float32, 1]
 comptime W = simd_width_of[DType.float32]()
@@ -121,9 +122,12 @@ def silu_bwd_rows(x: F32Ptr, ldx: Int, dy: F32Ptr, ldy: Int, dst: F32Ptr, ldo: I
 
 # ------------------------------------------------------------------ T-67 softplus backward
 def softplus_bwd_rows(raw: F32Ptr, ldr: Int, bias: F32Ptr, dy: F32Ptr, ldy: Int, dst: F32Ptr,
-                      ldo: Int, n: Int, r0: Int, r1: Int):
-    """T-67: v = add(raw[r, j], bias[j]) (S-16's input to softplus); dst = dy (flushed)
-    where v > 20, else mul(dy, div(1, add(expf(neg(v)), 1)))."""
+                      ldo: Int, n: Int, clamp: Bool, lo: Float32, hi: Float32, r0: Int, r1: Int):
+    """T-67: v = add(raw[r, j], bias[j]) (S-16's / S-19's input to softplus); with the
+    clamp (S-19), dst = +0 where the clamp replaced softplus(v); otherwise dst = dy
+    (flushed) where v > 20, else mul(dy, div(1, add(expf(neg(v)), 1)))."""
+    var vlo = daz_in(F1(lo))
+    var vhi = daz_in(F1(hi))
     for r in range(r0, r1):
         for j in range(n):
             var v = _add(_ld(raw, r * ldr + j), _ld(bias, j))
@@ -131,6 +135,16 @@ def softplus_bwd_rows(raw: F32Ptr, ldr: Int, bias: F32Ptr, dy: F32Ptr, ldy: Int,
             if not (v[0] > 20):
                 var sg = _div(F1(1), _add(ftz(expf(-v)), F1(1)))
                 g = _mul(g, sg)
+            if clamp:
+                var c = ftz(softplus(v))
+                var hit = False
+                if _gt_total(vlo, c):
+                    c = vlo
+                    hit = True
+                if _gt_total(c, vhi):
+                    hit = True
+                if hit:
+                    g = F1(0)
             dst.unsafe_store(r * ldo + j, g[0])
 
 

@@ -239,14 +239,16 @@ def ssm_silu_backward(x, dy, out):
     return out
 
 
-def ssm_softplus_backward(raw, bias, dy, out):
+def ssm_softplus_backward(raw, bias, dy, out, clamp=None):
     """T-67: the softplus backward at add(raw, bias) (raw, dy, out (rows, n) views with
-    row strides, bias (n,))."""
+    row strides, bias (n,)); clamp = (lo bits, hi bits) of S-19's clamp (Mamba-2's
+    time_step_limit): +0 where the clamp replaced the value."""
     rows, n = raw.shape
+    lo, hi = (0, 0) if clamp is None else clamp
     if rows and n:
         native().train_ssm_softplus_backward((
             _a(raw), raw.strides[0] // 4, _a(bias), _a(dy), dy.strides[0] // 4, _a(out),
-            out.strides[0] // 4, rows, n, tasks()))
+            out.strides[0] // 4, rows, n, int(clamp is not None), int(lo), int(hi), tasks()))
     return out
 
 
