@@ -62,6 +62,8 @@ ORDER = [
     "mojolearn._train.ranks",
     "mojolearn._train.ssm",
     "mojolearn._train.ssm.mamba2",
+    "mojolearn._train.ssm.mamba1",
+    "mojolearn._train.ssm.model",
     "mojolearn._train.device", "mojolearn._train.trainer",
     "mojolearn.training",
     # the torch mode

@@ -20,6 +20,8 @@ __all__ = [
     "f32_bits", "bits_f32", "rms_norm_forward", "rms_norm_backward", "head_norm_backward", "gather",
     "embedding_backward_into", "ce_rows", "fold_rows", "scalar_div", "clip", "tree_sum",
     "adam_step", "sgd_step", "first_nonfinite", "neg", "gemm", "bias_backward", "lm_head",
+    "ssm_norm_backward", "ssm_silu_backward", "ssm_softplus_backward", "ssm_conv_backward",
+    "mamba1_scan_backward",
 ]
 
 
@@ -213,3 +215,68 @@ def lm_head(h, weight, targets, return_grad: bool):
         rows, width, v, tasks(),
     ))
     return bits_f32(bits), dh, dw
+
+
+# ------------------------------------------------------------------ the state-space backward
+def ssm_norm_backward(dy, x, w, eps_bits: int, dx, terms):
+    """T-63, T-64 (S-10's lane norm backward) over the rows of x (rows, n) (row strides
+    read from the arrays): dx (rows, n) and terms (rows, n), T-11's term a row, both
+    written. The weight gradient is fold(k = rows) of the terms (fold_rows)."""
+    rows, n = x.shape
+    if rows and n:
+        native().train_ssm_norm_backward((
+            _a(dy), dy.strides[0] // 4, _a(x), x.strides[0] // 4, _a(w), _a(dx),
+            dx.strides[0] // 4, _a(terms), terms.strides[0] // 4, rows, n, eps_bits, tasks()))
+    return dx, terms
+
+
+def ssm_silu_backward(x, dy, out):
+    """T-66: out = mul(dy, silu'(x)) elementwise over (rows, n) views with row strides."""
+    rows, n = x.shape
+    if rows and n:
+        native().train_ssm_silu_backward((_a(x), x.strides[0] // 4, _a(dy), dy.strides[0] // 4,
+                                          _a(out), out.strides[0] // 4, rows, n, tasks()))
+    return out
+
+
+def ssm_softplus_backward(raw, bias, dy, out, clamp=None):
+    """T-67: the softplus backward at add(raw, bias) (raw, dy, out (rows, n) views with
+    row strides, bias (n,)); clamp = (lo bits, hi bits) of S-19's clamp (Mamba-2's
+    time_step_limit): +0 where the clamp replaced the value."""
+    rows, n = raw.shape
+    lo, hi = (0, 0) if clamp is None else clamp
+    if rows and n:
+        native().train_ssm_softplus_backward((
+            _a(raw), raw.strides[0] // 4, _a(bias), _a(dy), dy.strides[0] // 4, _a(out),
+            out.strides[0] // 4, rows, n, int(clamp is not None), int(lo), int(hi), tasks()))
+    return out
+
+
+def ssm_conv_backward(x, w, dc, dx, terms, batch: int, length: int):
+    """T-65 over C channels: x (batch * length, C) the conv's input (a view with a row
+    stride), w (C, 4), dc the gradient at the conv's output (pre-activation), dx (rows, C)
+    and terms (rows, 4C) written (the weight gradient is fold_rows(terms), the bias's
+    fold_rows(dc))."""
+    C = w.shape[0]
+    if batch and length and C:
+        native().train_ssm_conv_backward((
+            _a(x), x.strides[0] // 4, _a(w), _a(dc), dc.strides[0] // 4, _a(dx),
+            dx.strides[0] // 4, _a(terms), batch, length, C, tasks()))
+    return dx, terms
+
+
+def mamba1_scan_backward(u, delta, a, xp, b_off: int, c_off: int, d, z, dg, du, ddelta, dz,
+                         tb, tc, ta, td, batch: int, length: int):
+    """T-68 .. T-71: the Mamba-1 scan backward from the gradient dg at the gated output.
+    u, delta, dg, du, ddelta (rows, di); z and dz (rows, di) views with row strides;
+    xp (rows, r + 32) with B at b_off and C at c_off; a (di, 16); d (di,). Writes du (the
+    scan's and skip's part), ddelta, dz, and the terms tb, tc (di, rows, 16), ta (rows,
+    di * 16), td (rows, di)."""
+    di = a.shape[0]
+    if batch and length and di:
+        native().train_mamba1_scan_backward((
+            _a(u), u.strides[0] // 4, _a(delta), delta.strides[0] // 4, _a(a), _a(xp),
+            xp.strides[0] // 4, b_off, c_off, _a(d), _a(z), z.strides[0] // 4, _a(dg),
+            dg.strides[0] // 4, _a(du), _a(ddelta), _a(dz), dz.strides[0] // 4, _a(tb), _a(tc),
+            _a(ta), _a(td), batch, length, di, tasks()))
+    return du, ddelta, dz

@@ -1,5 +1,6 @@
 """The trainer: a CausalLM's parameters, an optimizer from optim.py, the gradients of
-model.py, checkpoints that resume bit for bit (T-58 .. T-60)."""
+model.py (transformers) or ssm/model.py (Mamba-1), checkpoints that resume bit for bit
+(T-58 .. T-60, T-74)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ from ..models._exec import kernels as K
 from ..models._transformer.causal_lm import CausalLM
 from . import kernels as TK
 from . import model as M
+from .ssm import model as SM
 from . import optim as _optim
 from . import schedule as _schedule
 from .primitives import splits_that_work
@@ -33,9 +35,12 @@ def _bits_f32(bits: int) -> float:
 
 
 class Trainer:
-    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) with the same
-    bits on every CPU build and thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md,
-    rules T-*).
+    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) or a Mamba-1
+    ``MambaLM`` (model_type "mamba", T-63 .. T-74) with the same bits on every CPU build and
+    thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*). For a Mamba-1 model
+    ``group=`` and ``device="gpu"`` are refused by name, and Mamba-2 ("mamba2") is not
+    trained in this version (refused by name); ``model`` is then a ``MambaLM`` and
+    ``save_model`` writes a ``MambaForCausalLM`` folder.
 
     ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None, eps=None,
     momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None, progress=False,
@@ -79,6 +84,8 @@ class Trainer:
 
             where, backend = resolve(device, "Trainer", _device_backend)
         cfg, weights = _weights_of(lm)
+        if cfg.model_type in SSM_TYPES:
+            _refuse_ssm(cfg, where, group)
         if where == "gpu":
             from . import device as _device_step
 
@@ -90,10 +97,12 @@ class Trainer:
 
     def _setup(self, cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
                lr_schedule, max_norm, progress, group=None, timeout=300.0):
-        if cfg.model_type not in M.TRAINED_TYPES:
+        if cfg.model_type in SSM_TYPES:
+            _refuse_ssm(cfg, "cpu", group)
+        if cfg.model_type not in M.TRAINED_TYPES + tuple(SM.MIXERS):
             raise NotImplementedError(
                 f"mojolearn: Trainer: model_type {cfg.model_type!r} is not trained in this "
-                f"version; the trainer computes {', '.join(M.TRAINED_TYPES)}")
+                f"version; the trainer computes {', '.join(M.TRAINED_TYPES + tuple(SM.MIXERS))}")
         if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
             raise ValueError(f"mojolearn: Trainer: optimizer={optimizer!r}; use one of "
                              f"{', '.join(repr(k) for k in OPTIMIZERS)}")
@@ -112,7 +121,8 @@ class Trainer:
             max_norm = float(max_norm)
         self.config = cfg
         self.max_norm = max_norm
-        self.params = M.Params(cfg, weights)
+        self._ssm = cfg.model_type in SM.MIXERS
+        self.params = (SM.Params if self._ssm else M.Params)(cfg, weights)
         del weights
         kind = optimizer.lower()
         kw = {"lr": lr, "lr_schedule": lr_schedule}
@@ -154,12 +164,12 @@ class Trainer:
         if B == 0 or L < 2:
             raise ValueError(f"mojolearn: Trainer.{func}: ids of shape {ids.shape}: each row "
                              f"needs at least 2 tokens (a token and its next)")
-        window = self.config.sliding_window
+        window = getattr(self.config, "sliding_window", None)
         if window is not None and L > window:
             raise ValueError(f"mojolearn: Trainer.{func}: {L} tokens are past the model's "
                              f"sliding_window {window}, where its attention would mask; rows "
                              f"of at most {window} tokens are trained")
-        if L > self.config.max_position_embeddings:
+        if not self._ssm and L > self.config.max_position_embeddings:
             raise ValueError(f"mojolearn: Trainer.{func}: {L} tokens are past the model's "
                              f"max_position_embeddings {self.config.max_position_embeddings}")
         if labels is None:
@@ -226,18 +236,24 @@ class Trainer:
             return self._compute_group(ids, targets, count, func)
         B, L = ids.shape
         cfg = self.config
-        rope = self._rope_for(L)
+        emb = SM.EMBED if self._ssm else "model.embed_tokens.weight"
+        if self._ssm:
+            run = SM.loss_and_grads
+        else:
+            rope = self._rope_for(L)
+
+            def run(params, i, t, d_bits, g, acc):
+                return M.loss_and_grads(params, i, t, d_bits, g, acc, rope)
         d_bits = f32_bits(float(count))
         tied = cfg.tie_word_embeddings
-        emb_acc = np.zeros_like(self.params.arrays["model.embed_tokens.weight"]) if want else None
+        emb_acc = np.zeros_like(self.params.arrays[emb]) if want else None
         parts = []
         losses = []
         rb = B // A
         for a in range(A):
             g = self._grad_buffer(a) if want else None
-            losses.append(M.loss_and_grads(self.params, ids[a * rb:(a + 1) * rb],
-                                           targets[a * rb * L:(a + 1) * rb * L], d_bits, g,
-                                           emb_acc, rope))
+            losses.append(run(self.params, ids[a * rb:(a + 1) * rb],
+                              targets[a * rb * L:(a + 1) * rb * L], d_bits, g, emb_acc))
             if want:
                 parts.append(g)
         rows = np.ascontiguousarray(np.concatenate(losses))
@@ -245,7 +261,6 @@ class Trainer:
         if not want:
             return loss, None
         names = self.params.names
-        emb = "model.embed_tokens.weight"
         out = []
         for n in names:
             if n == emb and not tied:
@@ -383,8 +398,14 @@ class Trainer:
         """A CausalLM holding the current weights (made again after each step)."""
         if self._model is None or self._model_t != self.optimizer.t:
             w = self.weights()
-            self._model = CausalLM(self.config, w, numeric_profile=self.numeric_profile,
-                                   source="Trainer weights", _owned=True)
+            if self._ssm:
+                from ..models._ssm.model import MambaLM
+
+                self._model = MambaLM(self.config, w, numeric_profile=self.numeric_profile,
+                                      source="Trainer weights", _owned=True)
+            else:
+                self._model = CausalLM(self.config, w, numeric_profile=self.numeric_profile,
+                                       source="Trainer weights", _owned=True)
             self._model_t = self.optimizer.t
         return self._model
 
@@ -424,7 +445,13 @@ class Trainer:
                              f"Trainer(CausalLM.load(...)) or Trainer(path)")
         profile = _rules.adopt_saved(meta, numeric_profile, what="Trainer.resume: file",
                                      use="training")
-        cfg = ModelConfig.from_dict(json.loads(meta["config"]))
+        raw = json.loads(meta["config"])
+        if raw.get("model_type") in SSM_TYPES:
+            from ..models._ssm.config import MambaConfig
+
+            cfg = MambaConfig.from_dict(raw)
+        else:
+            cfg = ModelConfig.from_dict(raw)
         o = json.loads(meta["optimizer"])
         weights = {}
         for name, arr in ckpt.weights.items():
@@ -432,11 +459,13 @@ class Trainer:
                 weights[name[len("weight."):]] = np.asarray(arr)
         from ..models._load.loader import split_fused
 
-        missing = [n for n in M.param_names(cfg) if "weight." + n not in ckpt.weights]
+        names = SM.param_names(cfg) if cfg.model_type in SM.MIXERS else M.param_names(cfg)
+        missing = [n for n in names if "weight." + n not in ckpt.weights]
         if missing:
             raise ValueError(f"mojolearn: Trainer.resume: the file lacks weight {missing[0]!r}; "
                              f"it was not written by Trainer.save for this model")
-        weights = split_fused(cfg, weights)  # phi3's stacked q/k/v and gate/up: their rows
+        if cfg.model_type not in SSM_TYPES:
+            weights = split_fused(cfg, weights)  # phi3's stacked q/k/v and gate/up: their rows
         sched = json.loads(meta["schedule"])
         sched = None if sched is None else _schedule.schedule_from_dict(sched)
         self = cls.__new__(cls)
@@ -473,10 +502,39 @@ class Trainer:
 
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-        "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+        "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "mamba": "MambaForCausalLM"}
+SSM_TYPES = ("mamba", "mamba2")
+
+
+def _refuse_ssm(cfg, where, group):
+    """What the trainer does not compute for the state-space families, refused by name."""
+    if cfg.model_type == "mamba2":
+        raise NotImplementedError(
+            "mojolearn: Trainer: model_type 'mamba2' (Mamba-2) is not trained in this version: "
+            "its SSD backward is not written yet; the trainer computes Mamba-1 ('mamba') and "
+            f"the transformer families {', '.join(M.TRAINED_TYPES)}")
+    if where == "gpu":
+        raise NotImplementedError(
+            f"mojolearn: Trainer: device='gpu' does not train a {cfg.model_type!r} model in "
+            f"this version (the GPU step covers llama, mistral, qwen2); use device='cpu'")
+    if group is not None:
+        raise NotImplementedError(
+            f"mojolearn: Trainer: group= (data-parallel ranks) does not train a "
+            f"{cfg.model_type!r} model in this version; train it in one process (accumulation= "
+            f"splits a batch into micro-batches with the same bits)")
 
 
 def _config_dict(cfg) -> dict:
+    if cfg.model_type in SSM_TYPES:
+        return {
+            "model_type": cfg.model_type, "architectures": [ARCH[cfg.model_type]],
+            "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
+            "num_hidden_layers": cfg.num_hidden_layers, "state_size": cfg.state_size,
+            "expand": 2, "intermediate_size": cfg.intermediate_size, "conv_kernel": 4,
+            "time_step_rank": cfg.time_step_rank, "layer_norm_epsilon": 1e-5,
+            "hidden_act": "silu", "use_bias": False, "use_conv_bias": True,
+            "tie_word_embeddings": cfg.tie_word_embeddings, "torch_dtype": "float32",
+        }
     d = {
         "model_type": cfg.model_type, "architectures": [ARCH.get(cfg.model_type, "")],
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
@@ -508,8 +566,30 @@ def _weights_of(lm):
     """(config, float32 weights) of a CausalLM loaded from a checkpoint, or of a path."""
     from ..models._load.loader import read_model, split_fused, check_weights
 
+    from ..models._ssm.model import MambaLM
+
     if isinstance(lm, (str, os.PathLike)):
         path = lm
+        cfg_path = os.path.join(os.fspath(path), "config.json")
+        if os.path.isdir(os.fspath(path)) and os.path.isfile(cfg_path):
+            with open(cfg_path, "r", encoding="utf-8") as f:
+                try:
+                    mt = json.load(f).get("model_type")
+                except ValueError:
+                    mt = None
+            if mt in SSM_TYPES:
+                return _ssm_weights_of(path)
+    elif isinstance(lm, MambaLM):
+        if lm.weight_format != "float32":
+            raise ValueError(f"mojolearn: Trainer: the model holds its weights as "
+                             f"{lm.weight_format!r}; weights stored low-bit are not trained "
+                             f"(train in float32, pack after)")
+        path = getattr(lm, "_source_path", None)
+        if path is None:
+            raise ValueError("mojolearn: Trainer: this MambaLM was built from a weights dict, "
+                             "whose float32 values it no longer holds; pass the checkpoint's "
+                             "path, or build it with CausalLM.load")
+        return _ssm_weights_of(path)
     elif isinstance(lm, CausalLM):
         if type(lm) is not CausalLM:
             raise NotImplementedError(f"mojolearn: Trainer: a {type(lm).__name__} is not "
@@ -540,4 +620,41 @@ def _weights_of(lm):
                              f"({type(w).__name__}); weights stored low-bit are not trained "
                              f"(train in float32, pack after)")
         out[name] = np.ascontiguousarray(w, dtype=np.float32)
+    return cfg, out
+
+
+def _ssm_weights_of(path):
+    """(MambaConfig, float32 weights) of a Hugging Face mamba / mamba2 folder, every tensor
+    checked as the inference model checks it (S-4, S-33); low-bit storage refused."""
+    from ..models._load.loader import LazyWeights, _hf_entries, check_weights
+    from ..models._ssm.config import MambaConfig
+    from ..models._ssm.model import expected_shapes
+    from .._ops.lowbit import BF16Weight, Int8Weight
+
+    src = f"model {os.fspath(path)!r}"
+    cfg = MambaConfig.from_file(os.path.join(os.fspath(path), "config.json"))
+    if cfg.model_type == "mamba2":
+        _refuse_ssm(cfg, "cpu", None)
+    weights = LazyWeights(_hf_entries(os.fspath(path)), src)
+    want = expected_shapes(cfg)
+    check_weights(cfg, weights, f"Trainer: {src}", want.items())
+    extra = sorted(set(weights.names()) - set(want))
+    if extra:
+        raise ValueError(f"mojolearn: Trainer: {src}: tensor {extra[0]!r} is not read by a "
+                         f"{cfg.model_type} model of this config")
+    out = {}
+    for name in want:
+        w = weights.pop_stored(name)
+        if isinstance(w, (BF16Weight, Int8Weight)):
+            raise ValueError(f"mojolearn: Trainer: tensor {name!r} is stored low-bit "
+                             f"({type(w).__name__}); weights stored low-bit are not trained "
+                             f"(train in float32, pack after)")
+        a = np.asarray(w)
+        if a.dtype != np.float32:
+            raise TypeError(f"mojolearn: Trainer: {src}: tensor {name!r} has dtype {a.dtype}; "
+                            f"weights are float32 (mojolearn never casts silently)")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"mojolearn: Trainer: {src}: tensor {name!r} holds a NaN or "
+                             f"infinite value")
+        out[name] = np.ascontiguousarray(a)
     return cfg, out

@@ -233,9 +233,11 @@ class MambaLM(CausalLM):
                           family=cfg.family)
         check_weight_format(weight_format)
         weights = LazyWeights(_hf_entries(os.fspath(path)), f"model {os.fspath(path)!r}")
-        return cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
-                   max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True,
-                   numeric_mode=numeric_mode, device=device, _device_backend=_device_backend)
+        lm = cls(cfg, weights, weight_format=weight_format, numeric_profile=numeric_profile,
+                 max_positions=max_positions, source=f"model {os.fspath(path)!r}", _owned=True,
+                 numeric_mode=numeric_mode, device=device, _device_backend=_device_backend)
+        lm._source_path = os.fspath(path)  # where a trainer reads the float32 weights again
+        return lm
 
     def __repr__(self):
         c = self.config

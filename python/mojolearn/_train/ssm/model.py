@@ -1,0 +1,127 @@
+"""The forward and backward of a state-space CausalLM for training (Mamba-1; rules
+T-63 .. T-74 of contracts/ops/IDENTICAL_TRAIN_CONTRACT.md): the embedding (T-12,
+T-13), the blocks (S-9: x + mixer(norm(x)), the block norm by S-10 and its backward
+T-63 / T-64, the residual T-55), the final norm (S-11 = M-4, so T-9 .. T-11), the head
+(tied: T-57) and the next-token loss (T-58). The forward uses the inference model's
+kernels, so the per-position losses are the inference logits' cross entropy, bit for
+bit.
+
+The mixer of each family is a module with ``PARAMS``, ``forward(p, layer, h, B, L) ->
+(out, saved)`` and ``backward(p, layer, saved, dout, grads) -> dh`` (see mamba1.py);
+``MIXERS`` maps the model_type to it. Every parameter is its own float32 array by
+checkpoint name; every sum over tokens is a T-2 fold / dot over the call's tokens, so
+micro-batches of whole rows on leaf boundaries reassemble by T-26's tree (T-59).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...models._exec import kernels as K
+from ...models._ssm.config import EPS
+from .. import kernels as TK
+from ..model import IGNORE, _mm
+from . import mamba1
+
+MIXERS = {"mamba": mamba1}
+"""model_type -> the mixer module the trainer computes."""
+EMBED = "backbone.embeddings.weight"
+_EPS_BITS = K.f32_bits(EPS)
+
+
+def param_names(cfg) -> list:
+    """Every trained parameter's checkpoint name in the optimizer's and the saved file's
+    order: the embedding; per layer the block norm, then the mixer's (mamba1.PARAMS);
+    the final norm; the head (untied)."""
+    mix = MIXERS[cfg.model_type]
+    names = [EMBED]
+    for i in range(cfg.num_hidden_layers):
+        p = f"backbone.layers.{i}."
+        names.append(p + "norm.weight")
+        names += [p + "mixer." + n for n in mix.PARAMS]
+    names.append("backbone.norm_f.weight")
+    if not cfg.tie_word_embeddings:
+        names.append("lm_head.weight")
+    return names
+
+
+class Params:
+    """The float32 parameters of a state-space model by checkpoint name (each its own
+    C-contiguous array); ``grads_like()`` makes zeroed gradient buffers alike."""
+
+    embed_name = EMBED
+
+    def __init__(self, cfg, weights: dict):
+        self.cfg = cfg
+        self.names = param_names(cfg)
+        self.arrays = {n: np.array(weights[n], dtype=np.float32, order="C", copy=True)
+                       for n in self.names}
+
+    def grads_like(self):
+        """Zeroed gradient buffers of the same names and shapes."""
+        g = Params.__new__(Params)
+        g.cfg, g.names = self.cfg, self.names
+        g.arrays = {n: np.zeros_like(a) for n, a in self.arrays.items()}
+        return g
+
+    def list(self) -> list:
+        return [self.arrays[n] for n in self.names]
+
+
+def _empty(*shape):
+    return np.empty(shape, dtype=np.float32)
+
+
+def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc):
+    """One micro-batch: ids (B, L) int64, targets (B * L,) int64 (IGNORE where none).
+    Returns the per-position losses (T-14, T-16). With ``grads`` (a Params of zeroed
+    buffers), writes every token-sum gradient of this micro-batch (its fold / dot over
+    these tokens), the head's T-6 dW into lm_head (untied) or the embedding's slot (tied;
+    the trainer adds the chain, T-57), and continues the embedding's chain in emb_acc
+    (T-13). d_bits: the float32 bits of the whole batch's counted positions (T-18)."""
+    cfg = params.cfg
+    A = params.arrays
+    mix = MIXERS[cfg.model_type]
+    B, L = ids.shape
+    rows = B * L
+    d = cfg.hidden_size
+    flat = np.ascontiguousarray(ids.reshape(-1))
+    embed = A[EMBED]
+    head = embed if cfg.tie_word_embeddings else A["lm_head.weight"]
+    want = grads is not None
+    x = K.gather(embed, flat, _empty(rows, d))  # T-12 / M-2
+    saved = []
+    for i in range(cfg.num_hidden_layers):
+        p = f"backbone.layers.{i}."
+        h = K.ssm_norm_lanes(x, A[p + "norm.weight"], _EPS_BITS, _empty(rows, d))  # S-10
+        out, s = mix.forward(A, p, h, B, L)
+        saved.append((x, s))
+        x = K.add(x, out, _empty(rows, d))  # S-9
+        del out
+    xf = K.rmsnorm(x, A["backbone.norm_f.weight"], _EPS_BITS, _empty(rows, d))  # S-11
+    logits = K.gemm_nt(xf, rows, head, _empty(rows, cfg.vocab_size))
+    losses = _empty(rows)
+    dlog = _empty(rows, cfg.vocab_size) if want else None
+    TK.ce_rows(logits, targets, IGNORE, 0, d_bits, losses, dlog)
+    del logits
+    if not want:
+        return losses
+    G = grads.arrays
+    V = cfg.vocab_size
+    dxf = _mm(dlog, head, _empty(rows, d), rows, d, V)
+    dhead = G[EMBED] if cfg.tie_word_embeddings else G["lm_head.weight"]
+    _mm(dlog, xf, dhead, V, d, rows, ta=1)  # T-6
+    del dlog
+    dx = _empty(rows, d)
+    TK.rms_norm_backward(dxf, x, A["backbone.norm_f.weight"], _EPS_BITS, dx,
+                         G["backbone.norm_f.weight"])  # T-9 .. T-11
+    for i in reversed(range(cfg.num_hidden_layers)):
+        p = f"backbone.layers.{i}."
+        xin, s = saved[i]
+        dh = mix.backward(A, p, s, dx, G)
+        dxn, terms = _empty(rows, d), _empty(rows, d)
+        TK.ssm_norm_backward(dh, xin, A[p + "norm.weight"], _EPS_BITS, dxn, terms)  # T-63, T-64
+        G[p + "norm.weight"][...] = TK.fold_rows(terms)
+        dx = K.add(dx, dxn, dxn)  # T-55
+        saved[i] = None
+    TK.embedding_backward_into(dx, flat, emb_acc)  # T-13, carried across micro-batches
+    return losses
