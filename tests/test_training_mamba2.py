@@ -16,6 +16,8 @@ import pytest
 
 from mojolearn._train.ssm import mamba2 as M2
 
+pytestmark = pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfileSpeedWarning")
+
 import mamba2_train_oracle as OR
 import mamba_oracle as MO
 
@@ -261,6 +263,8 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 from test_training_mamba2 import make
 from mojolearn._train.ssm import mamba2 as M2
+
+pytestmark = pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfileSpeedWarning")
 xbc, dt, A, D, ds, _ = make(2, 300, 3, seed=31, kind="edge")
 s, saved = M2.ssd_forward(xbc, dt, A, D)
 out = (s, saved.hs) + M2.ssd_backward(saved, ds)
@@ -303,3 +307,163 @@ def test_T75_T83_refusals():
     _, saved = M2.ssd_forward(xbc, dt, A, D)
     with pytest.raises(ValueError, match="^mojolearn: "):
         M2.ssd_backward(saved, ds[:, :3])
+
+
+# ------------------------------------------------------------------ the trainer (phase 2)
+M2_UNTIED = dict(model_type="mamba2", vocab_size=71, hidden_size=64, num_hidden_layers=2,
+                 state_size=128, expand=2, conv_kernel=4, n_groups=1, head_dim=64, num_heads=2,
+                 chunk_size=256, tie_word_embeddings=False)
+M2_TIED = dict(M2_UNTIED, vocab_size=53, hidden_size=96, num_heads=3, num_hidden_layers=1,
+               tie_word_embeddings=True, time_step_limit=[0.01, 0.08])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    out = {}
+    for i, (name, cfg) in enumerate((("untied", M2_UNTIED), ("tied", M2_TIED))):
+        path = tmp_path_factory.mktemp("m2" + name)
+        MO.write_checkpoint(str(path), cfg, MO.random_weights(cfg, seed=90 + i))
+        out[name] = str(path)
+    return out
+
+
+def _batch(V, B, L, seed=0):
+    return np.random.default_rng(seed).integers(0, V, size=(B, L)).astype(np.int64)
+
+
+def _same_grads(g1, g2):
+    assert list(g1) == list(g2)
+    for n in g1:
+        assert same(g1[n], g2[n]), n
+
+
+@pytest.mark.parametrize("name", ["untied", "tied"])
+def test_T75_T86_trainer_loss_is_the_inference_models_loss(models, name):
+    """T-75, T-58: the Mamba-2 trainer's per-position losses are cross_entropy of the
+    inference model's logits bit for bit (the mixer's forward is the inference one's)."""
+    from mojolearn import training
+    from mojolearn.models import CausalLM
+    from mojolearn._train.ssm import model as SM
+
+    tr = training.Trainer(models[name])
+    V = tr.config.vocab_size
+    ids = _batch(V, B=2, L=19)
+    logits = CausalLM.load(models[name]).forward(ids).reshape(-1, V)
+    _, targets, _ = tr._batch(ids, None, "loss")
+    want = training.cross_entropy(logits, targets, reduction="none")
+    got = SM.loss_and_grads(tr.params, ids, targets, 0, None, None)
+    assert same(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("name,L", [("untied", 21), ("tied", 270)])
+def test_T75_T86_trainer_gradients_match_torch_autograd(models, name, L):
+    """T-75 .. T-86 in the model: every gradient of a tiny Mamba-2 model within 1e-4
+    (normwise, per tensor) of torch autograd on transformers' Mamba2ForCausalLM (float32,
+    its torch path), the loss within 1e-5; L = 270 crosses a chunk boundary, the tied
+    model clamps dt (time_step_limit)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from mojolearn import training
+
+    tr = training.Trainer(models[name])
+    ids = _batch(tr.config.vocab_size, B=2, L=L, seed=3)
+    g = tr.gradients(ids)
+    loss = tr.loss(ids)
+    model = transformers.Mamba2ForCausalLM.from_pretrained(models[name], torch_dtype=torch.float32)
+    t = torch.from_numpy(ids)
+    out = model(input_ids=t, labels=t)
+    out.loss.backward()
+    ref = float(out.loss.detach())
+    assert abs(loss - ref) <= 1e-5 * abs(ref)
+    seen = 0
+    for n, prm in model.named_parameters():
+        if prm.grad is None:
+            continue
+        want = prm.grad.detach().numpy()
+        assert n in g, f"no gradient for {n}"
+        err = np.linalg.norm(g[n].astype(np.float64) - want.reshape(g[n].shape)) / \
+            max(np.linalg.norm(want), 1e-30)
+        assert err <= 1e-4, f"{name} {n}: relative error {err:.2e}"
+        seen += 1
+    assert seen == len(g)
+
+
+def test_T86_trainer_threads_and_micro_batches(models):
+    """T-86, T-59: the Mamba-2 trainer's gradients and 4 AdamW steps with clipping at 1
+    and 2 threads give the same bits; 4 rows x 64 tokens as 2 micro-batches
+    (accumulation=2) give the whole batch's gradients, loss and step."""
+    from mojolearn import training
+    from mojolearn._core import threads
+
+    V = M2_TIED["vocab_size"]
+    ids = _batch(V, B=2, L=24, seed=5)
+    old = threads.get_num_threads()
+    runs = []
+    try:
+        for n in (1, 2):
+            threads.set_num_threads(n)
+            tr = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
+            g = tr.gradients(ids)
+            losses = [tr.step(ids[:, s % 3:s % 3 + 20]) for s in range(4)]
+            runs.append((g, tr.weights(), bits(np.float32(losses)).tolist()))
+    finally:
+        threads.set_num_threads(old)
+    _same_grads(runs[1][0], runs[0][0])
+    _same_grads(runs[1][1], runs[0][1])
+    assert runs[1][2] == runs[0][2]
+    ids4 = _batch(M2_UNTIED["vocab_size"], B=4, L=64, seed=7)
+    a = training.Trainer(models["untied"])
+    b = training.Trainer(models["untied"])
+    _same_grads(a.gradients(ids4), b.gradients(ids4, accumulation=2))
+    la, lb = a.step(ids4), b.step(ids4, accumulation=2)
+    assert same(np.float32(la), np.float32(lb))
+    _same_grads(a.weights(), b.weights())
+
+
+def test_T86_trainer_save_resume(models, tmp_path):
+    """T-86, T-39: 6 AdamW steps against 2 steps, save, resume, 4 more: the same losses and
+    weights bit for bit (Mamba-2)."""
+    from mojolearn import training
+
+    path = models["tied"]
+    V = M2_TIED["vocab_size"]
+    data = [_batch(V, B=2, L=12, seed=100 + s) for s in range(6)]
+    straight = training.Trainer(path, max_norm=0.5, lr=3e-3)
+    losses = [straight.step(x) for x in data]
+    first = training.Trainer(path, max_norm=0.5, lr=3e-3)
+    got = [first.step(x) for x in data[:2]]
+    f = tmp_path / "t2.safetensors"
+    first.save(f)
+    again = training.Trainer.resume(f)
+    got += [again.step(x) for x in data[2:]]
+    assert bits(np.float32(got)).tolist() == bits(np.float32(losses)).tolist()
+    _same_grads(again.weights(), straight.weights())
+
+
+def test_T86_trainer_save_model_reads_back(models, tmp_path):
+    """T-86, T-74: after 2 steps save_model writes a Mamba2ForCausalLM folder (the clamp's
+    time_step_limit kept) that CausalLM.load reads to the trainer model's logits and that
+    transformers' Mamba2ForCausalLM reads (logits within 1e-5 of the largest)."""
+    import json
+
+    from mojolearn import training
+    from mojolearn.models import CausalLM
+
+    tr = training.Trainer(models["tied"], lr=5e-3)
+    V = M2_TIED["vocab_size"]
+    for s in range(2):
+        tr.step(_batch(V, B=2, L=16, seed=40 + s))
+    ids = _batch(V, B=2, L=16, seed=50)
+    logits = tr.model.forward(ids)
+    out = tmp_path / "saved"
+    tr.save_model(out)
+    cfg = json.load(open(out / "config.json"))
+    assert cfg["model_type"] == "mamba2" and cfg["architectures"] == ["Mamba2ForCausalLM"]
+    assert cfg["time_step_limit"] == [0.01, 0.08]
+    assert same(CausalLM.load(out).forward(ids), logits)
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    m = transformers.Mamba2ForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = m(torch.from_numpy(ids)).logits.numpy()
+    assert float(np.abs(ref - logits).max()) <= 1e-5 * float(np.abs(ref).max())
