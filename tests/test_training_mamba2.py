@@ -263,8 +263,6 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 from test_training_mamba2 import make
 from mojolearn._train.ssm import mamba2 as M2
-
-pytestmark = pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfileSpeedWarning")
 xbc, dt, A, D, ds, _ = make(2, 300, 3, seed=31, kind="edge")
 s, saved = M2.ssd_forward(xbc, dt, A, D)
 out = (s, saved.hs) + M2.ssd_backward(saved, ds)
@@ -467,3 +465,36 @@ def test_T86_trainer_save_model_reads_back(models, tmp_path):
     with torch.no_grad():
         ref = m(torch.from_numpy(ids)).logits.numpy()
     assert float(np.abs(ref - logits).max()) <= 1e-5 * float(np.abs(ref).max())
+
+
+_TRAINER_ISA_CHILD = """
+import hashlib, sys
+import numpy as np
+from mojolearn import training
+tr = training.Trainer(sys.argv[1], max_norm=1.0, lr=2e-3)
+ids = np.random.default_rng(9).integers(0, tr.config.vocab_size, size=(2, 24))
+h = hashlib.sha256()
+for s in range(3):
+    h.update(np.float32(tr.step(ids[:, s % 3:s % 3 + 20])).tobytes())
+for n, w in tr.weights().items():
+    h.update(w.tobytes())
+print(h.hexdigest()[:16])
+"""
+
+
+def test_T86_trainer_every_cpu_build_gives_the_same_steps(models):
+    """T-86, T-59 (identity): 3 AdamW steps with clipping of the clamped Mamba-2 model give
+    the same losses and weights on every CPU build this CPU runs (each in its own
+    process, MOJOLEARN_ISA forcing it)."""
+    from mojolearn._core import cpu as _cpu
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outs = {}
+    for name in _cpu.runnable():
+        env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(root, "python"))
+        env.pop("MOJOLEARN_NATIVE", None)
+        r = subprocess.run([sys.executable, "-c", _TRAINER_ISA_CHILD, models["tied"]], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs[name] = r.stdout.strip()
+    assert len(outs) >= 2 and len(set(outs.values())) == 1, outs
