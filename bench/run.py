@@ -164,11 +164,13 @@ class Bench:
         self.t0 = now()
 
     def case(self, name, op, profile, shape, contenders, ours="mojolearn", peer=None,
-             settle=("numpy", "torch"), check=None, flops=None, extra=None):
+             settle=("numpy", "torch"), check=None, flops=None, extra=None, reps=None):
+        """One row: the contenders timed interleaved, ``reps`` times (None: the run's
+        --reps; a row whose peer takes many seconds a call names fewer)."""
         if self.only and self.only not in name:
             return None
         print(f"  [{now() - self.t0:6.1f}s] {name} ...", end="", flush=True)
-        res = race(contenders, self.reps, set(settle))
+        res = race(contenders, min(reps or self.reps, self.reps), set(settle))
         row = {"case": name, "op": op, "profile": profile, "shape": list(shape),
                "median_ms": {k: v[0] * 1e3 for k, v in res.items()},
                "reps_ms": {k: [round(t * 1e3, 4) for t in v[1]] for k, v in res.items()}}
