@@ -10,9 +10,8 @@ from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr, ptr_f32
 from common.tasks import chunk_bounds, run_tasks
 from ssm.cpu.ops import Ssd2Args, ssd2_gram_range
-from train.cpu.ssd_ops import (
-    SsdT, WS_FLOATS, Q, ssd_forward_unit, ssd_backward_unit, ssd_join_rows, dt_clamp_bwd,
-)
+from train.cpu.ssd_ops import SsdT, WS_FLOATS, Q, ssd_forward_unit
+from train.cpu.ssd_bwd import ssd_backward_unit, ssd_join_rows, dt_clamp_bwd
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:

@@ -40,7 +40,7 @@ WHY SO
     are returned, not summed here), so micro-batches and ranks split on leaf boundaries
     fold back to the whole batch's bits; the sums inside one row's sequence have fixed
     orders (T-78 .. T-84) and never split. Python only validates and passes addresses;
-    the arithmetic is in mojo/train/cpu/ssd_ops.mojo.
+    the arithmetic is in mojo/train/cpu/ssd_ops.mojo and ssd_bwd.mojo.
 """
 from __future__ import annotations
 
