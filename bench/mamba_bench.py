@@ -80,7 +80,7 @@ def run_mamba(B, threads, quick, torch):
             run_mamba_training(B, threads, quick, torch, transformers, family)
 
 
-TRAINED = ("mamba1",)  # the families training.Trainer computes
+TRAINED = ("mamba1", "mamba2")  # the families training.Trainer computes
 
 
 def run_mamba_training(B, threads, quick, torch, transformers, family):

@@ -31,6 +31,7 @@ from ssm.cpu.entry import register_ssm
 from train.cpu.entry import register_train
 from train.cpu.model_entry import register_train_model
 from train.cpu.ssm_entry import register_train_ssm
+from train.cpu.ssd_entry import register_train_ssd
 from transformer.gpu.cpu_run import register_nn_gpu_reference
 from transformer.gpu.model_cpu_run import register_model_gpu_reference
 from train.gpu.cpu_run import register_train_gpu_reference
@@ -396,6 +397,7 @@ def PyInit__native() abi("C") -> PythonObject:
         register_train(m)
         register_train_model(m)
         register_train_ssm(m)
+        register_train_ssd(m)
         register_nn_gpu_reference(m)
         register_model_gpu_reference(m)
         register_train_gpu_reference(m)

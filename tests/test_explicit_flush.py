@@ -42,6 +42,7 @@ FILES = {
     "tests/test_prepared.py": "not slow",
     "tests/test_torch_rms_norm.py": "not slow",
     "tests/test_gemm_int.py": None,
+    "tests/test_training_mamba2.py": "not slow",
 }
 
 

@@ -61,6 +61,7 @@ ORDER = [
     "mojolearn._train.schedule", "mojolearn._train.optim", "mojolearn._train.model",
     "mojolearn._train.ranks",
     "mojolearn._train.ssm",
+    "mojolearn._train.ssm.mamba2",
     "mojolearn._train.ssm.mamba1",
     "mojolearn._train.ssm.model",
     "mojolearn._train.device", "mojolearn._train.trainer",

@@ -35,12 +35,12 @@ def _bits_f32(bits: int) -> float:
 
 
 class Trainer:
-    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) or a Mamba-1
-    ``MambaLM`` (model_type "mamba", T-63 .. T-74) with the same bits on every CPU build and
-    thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md, rules T-*). For a Mamba-1 model
-    ``group=`` and ``device="gpu"`` are refused by name, and Mamba-2 ("mamba2") is not
-    trained in this version (refused by name); ``model`` is then a ``MambaLM`` and
-    ``save_model`` writes a ``MambaForCausalLM`` folder.
+    """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) or a Mamba-1 /
+    Mamba-2 ``MambaLM`` (model_type "mamba", T-63 .. T-74; "mamba2", T-75 .. T-86) with the
+    same bits on every CPU build and thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md,
+    rules T-*). For a Mamba model ``group=`` and ``device="gpu"`` are refused by name;
+    ``model`` is then a ``MambaLM`` and ``save_model`` writes a ``MambaForCausalLM`` /
+    ``Mamba2ForCausalLM`` folder.
 
     ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None, eps=None,
     momentum=None, lr_schedule=None, max_norm=None, numeric_profile=None, progress=False,
@@ -502,17 +502,13 @@ class Trainer:
 
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-        "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "mamba": "MambaForCausalLM"}
+        "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "mamba": "MambaForCausalLM",
+        "mamba2": "Mamba2ForCausalLM"}
 SSM_TYPES = ("mamba", "mamba2")
 
 
 def _refuse_ssm(cfg, where, group):
     """What the trainer does not compute for the state-space families, refused by name."""
-    if cfg.model_type == "mamba2":
-        raise NotImplementedError(
-            "mojolearn: Trainer: model_type 'mamba2' (Mamba-2) is not trained in this version: "
-            "its SSD backward is not written yet; the trainer computes Mamba-1 ('mamba') and "
-            f"the transformer families {', '.join(M.TRAINED_TYPES)}")
     if where == "gpu":
         raise NotImplementedError(
             f"mojolearn: Trainer: device='gpu' does not train a {cfg.model_type!r} model in "
@@ -525,6 +521,20 @@ def _refuse_ssm(cfg, where, group):
 
 
 def _config_dict(cfg) -> dict:
+    if cfg.model_type == "mamba2":
+        d = {
+            "model_type": "mamba2", "architectures": [ARCH["mamba2"]],
+            "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
+            "num_hidden_layers": cfg.num_hidden_layers, "state_size": 128, "expand": 2,
+            "conv_kernel": 4, "n_groups": 1, "head_dim": 64, "num_heads": cfg.num_heads,
+            "chunk_size": 256, "layer_norm_epsilon": 1e-5, "hidden_act": "silu",
+            "use_bias": False, "use_conv_bias": True, "rms_norm": True,
+            "norm_before_gate": False, "tie_word_embeddings": cfg.tie_word_embeddings,
+            "torch_dtype": "float32",
+        }
+        if cfg.time_step_limit is not None:
+            d["time_step_limit"] = list(cfg.time_step_limit)
+        return d
     if cfg.model_type in SSM_TYPES:
         return {
             "model_type": cfg.model_type, "architectures": [ARCH[cfg.model_type]],
@@ -633,8 +643,6 @@ def _ssm_weights_of(path):
 
     src = f"model {os.fspath(path)!r}"
     cfg = MambaConfig.from_file(os.path.join(os.fspath(path), "config.json"))
-    if cfg.model_type == "mamba2":
-        _refuse_ssm(cfg, "cpu", None)
     weights = LazyWeights(_hf_entries(os.fspath(path)), src)
     want = expected_shapes(cfg)
     check_weights(cfg, weights, f"Trainer: {src}", want.items())

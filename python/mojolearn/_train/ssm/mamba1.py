@@ -3,7 +3,7 @@ own kernels, from a fresh zero state) keeping what the backward reads, and its b
 (rules T-63 .. T-72 of contracts/ops/IDENTICAL_TRAIN_CONTRACT.md).
 
 THE INTERFACE (ssm/model.py calls every mixer family through it):
-``forward(p, layer, h, B, L) -> (out, saved)``: ``p`` the model's parameter dict by
+``forward(p, layer, h, B, L, cfg) -> (out, saved)``: ``p`` the model's parameter dict by
 checkpoint name, ``layer`` the prefix ``backbone.layers.{i}.``, ``h`` the block norm's
 output (B * L, d) float32; ``out`` (B * L, d) the mixer's output before S-9's residual.
 ``backward(p, layer, saved, dout, grads) -> dh``: ``dout`` the gradient at ``out``;
@@ -37,8 +37,9 @@ class Saved:
     __slots__ = ("h", "xz", "cv", "u", "xp", "dt", "delta", "a", "g", "B", "L")
 
 
-def forward(p: dict, layer: str, h, B: int, L: int):
-    """S-16 .. S-18 of the rows h (B * L, d) from a zero state; (out, saved)."""
+def forward(p: dict, layer: str, h, B: int, L: int, cfg=None):
+    """S-16 .. S-18 of the rows h (B * L, d) from a zero state; (out, saved). cfg (the
+    model config) is not read: Mamba-1 has no clamp."""
     m = layer + "mixer."
     win = p[m + "in_proj.weight"]
     di = win.shape[0] // 2

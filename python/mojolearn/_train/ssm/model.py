@@ -1,13 +1,13 @@
-"""The forward and backward of a state-space CausalLM for training (Mamba-1; rules
-T-63 .. T-74 of contracts/ops/IDENTICAL_TRAIN_CONTRACT.md): the embedding (T-12,
+"""The forward and backward of a state-space CausalLM for training (Mamba-1, rules
+T-63 .. T-74 of contracts/ops/IDENTICAL_TRAIN_CONTRACT.md; Mamba-2, T-75 .. T-86): the embedding (T-12,
 T-13), the blocks (S-9: x + mixer(norm(x)), the block norm by S-10 and its backward
 T-63 / T-64, the residual T-55), the final norm (S-11 = M-4, so T-9 .. T-11), the head
 (tied: T-57) and the next-token loss (T-58). The forward uses the inference model's
 kernels, so the per-position losses are the inference logits' cross entropy, bit for
 bit.
 
-The mixer of each family is a module with ``PARAMS``, ``forward(p, layer, h, B, L) ->
-(out, saved)`` and ``backward(p, layer, saved, dout, grads) -> dh`` (see mamba1.py);
+The mixer of each family is a module with ``PARAMS``, ``forward(p, layer, h, B, L, cfg)
+-> (out, saved)`` and ``backward(p, layer, saved, dout, grads) -> dh`` (see mamba1.py);
 ``MIXERS`` maps the model_type to it. Every parameter is its own float32 array by
 checkpoint name; every sum over tokens is a T-2 fold / dot over the call's tokens, so
 micro-batches of whole rows on leaf boundaries reassemble by T-26's tree (T-59).
@@ -20,9 +20,9 @@ from ...models._exec import kernels as K
 from ...models._ssm.config import EPS
 from .. import kernels as TK
 from ..model import IGNORE, _mm
-from . import mamba1
+from . import mamba1, mamba2
 
-MIXERS = {"mamba": mamba1}
+MIXERS = {"mamba": mamba1, "mamba2": mamba2}
 """model_type -> the mixer module the trainer computes."""
 EMBED = "backbone.embeddings.weight"
 _EPS_BITS = K.f32_bits(EPS)
@@ -93,7 +93,7 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc):
     for i in range(cfg.num_hidden_layers):
         p = f"backbone.layers.{i}."
         h = K.ssm_norm_lanes(x, A[p + "norm.weight"], _EPS_BITS, _empty(rows, d))  # S-10
-        out, s = mix.forward(A, p, h, B, L)
+        out, s = mix.forward(A, p, h, B, L, cfg)
         saved.append((x, s))
         x = K.add(x, out, _empty(rows, d))  # S-9
         del out
