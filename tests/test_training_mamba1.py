@@ -497,25 +497,31 @@ def test_T74_every_cpu_build_gives_the_same_steps(models):
 
 
 def test_T74_refusals_by_name(models, tmp_path):
-    """T-74: group= and device='gpu' with a Mamba model (Mamba-1 or Mamba-2; a mamba2
-    checkpoint itself is trained, T-75 .. T-86), and a MambaLM built from a weights dict or
-    held low-bit are refused by name."""
+    """T-74: device='gpu' with a Mamba model (Mamba-1 or Mamba-2; a mamba2 checkpoint
+    itself is trained, T-75 .. T-86), and a MambaLM built from a weights dict or held
+    low-bit are refused by name; group= is not refused for either family (its ranks run
+    by T-61, tests/test_training_ranks.py): it reaches the ranks' own check that
+    torch.distributed is initialized."""
+    import importlib.util
+
+    has_torch = importlib.util.find_spec("torch") is not None
     cfg2 = dict(model_type="mamba2", vocab_size=71, hidden_size=64, num_hidden_layers=1,
                 state_size=128, expand=2, conv_kernel=4, n_groups=1, head_dim=64, num_heads=2,
                 chunk_size=256, tie_word_embeddings=True)
     p2 = tmp_path / "m2"
     SO.write_checkpoint(str(p2), cfg2, SO.random_weights(cfg2, seed=1))
-    # Mamba-2 is trained (T-75 .. T-86); its group= and device='gpu' are refused alike
+    # Mamba-2 is trained (T-75 .. T-86); its device='gpu' is refused like Mamba-1's
     assert training.Trainer(str(p2)).config.model_type == "mamba2"
     assert training.Trainer(CausalLM.load(p2)).config.model_type == "mamba2"
-    with pytest.raises(NotImplementedError, match="group="):
-        training.Trainer(str(p2), group=object())
-    with pytest.raises(NotImplementedError, match="device='gpu'"):
+    with pytest.raises(NotImplementedError, match="^mojolearn: .*device='gpu'"):
         training.Trainer(str(p2), device="gpu", _device_backend=object())
-    with pytest.raises(NotImplementedError, match="group="):
-        training.Trainer(models["untied"], group=object())
-    with pytest.raises(NotImplementedError, match="device='gpu'"):
+    with pytest.raises(NotImplementedError, match="^mojolearn: .*device='gpu'"):
         training.Trainer(models["untied"], device="gpu", _device_backend=object())
+    if has_torch:  # no process group here: the ranks' check, not a refusal of the family
+        for path in (str(p2), models["untied"]):
+            with pytest.raises(RuntimeError,
+                               match="^mojolearn: Trainer: group= needs torch.distributed"):
+                training.Trainer(path, group=object())
     lm = CausalLM.load(models["untied"], weight_format="bfloat16")
     with pytest.raises(ValueError, match="low-bit"):
         training.Trainer(lm)

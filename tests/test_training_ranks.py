@@ -14,6 +14,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_parallel import run_torchrun  # noqa: E402
 from test_training_model import write_model  # noqa: E402
 
+import mamba_oracle as SO  # noqa: E402
+
 pytest.importorskip("torch")
 
 
@@ -28,17 +30,35 @@ def models(tmp_path_factory):
     return {"llama": write_model(d / "llama", "llama", seed=21),
             "qwen2": write_model(d / "qwen2", "qwen2", seed=22),
             "phi3": write_model(d / "phi3", "phi3", seed=23),
-            "qwen3": write_model(d / "qwen3", "qwen3", seed=24)}
+            "qwen3": write_model(d / "qwen3", "qwen3", seed=24),
+            "mamba": _ssm(d / "mamba", MAMBA1, 25), "mamba2": _ssm(d / "mamba2", MAMBA2, 26)}
+
+
+# Mamba-1 with an untied head, two layers, di = 96; Mamba-2 with a tied head, 3 heads and
+# S-19's dt clamp (the T-76 path)
+MAMBA1 = dict(model_type="mamba", vocab_size=67, hidden_size=48, num_hidden_layers=2,
+              state_size=16, expand=2, conv_kernel=4, tie_word_embeddings=False)
+MAMBA2 = dict(model_type="mamba2", vocab_size=53, hidden_size=96, num_hidden_layers=1,
+              state_size=128, expand=2, conv_kernel=4, n_groups=1, head_dim=64, num_heads=3,
+              chunk_size=256, tie_word_embeddings=True, time_step_limit=[0.01, 0.08])
+
+
+def _ssm(path, cfg, seed):
+    SO.write_checkpoint(str(path), cfg, SO.random_weights(cfg, seed=seed))
+    return str(path)
 
 
 @pytest.mark.parametrize("arch, rows", [("llama", [2, 2]), ("qwen2", [2, 2, 2]),
                                         ("llama", [2, 4, 2, 2]), ("phi3", [2, 2]),
-                                        ("qwen3", [2, 2])])
+                                        ("qwen3", [2, 2]), ("mamba", [2, 2]),
+                                        ("mamba2", [2, 2, 2])])
 def test_T61_ranks_equal_one_process(models, tmp_path, arch, rows):
     """T-61, T-62: 2, 3 and 4 ranks (llama with GQA and an untied head; qwen2 with biases
     and a tied head; phi3's stacked weights and partial rotary; qwen3's per-head q / k
-    norms, their weight gradients folded in parts over the tokens; uneven rows), 6 AdamW
-    steps with a warmup-cosine schedule and clipping:
+    norms, their weight gradients folded in parts over the tokens; uneven rows; Mamba-1
+    (T-74) with an untied head and Mamba-2 (T-86) with a tied head and the dt clamp, every
+    mixer sum over the tokens folded in parts), 6 AdamW steps with a warmup-cosine
+    schedule and clipping:
     every rank's losses, weights and optimizer state equal one process's on the whole
     batch after every step; a file saved by the ranks resumes in one process and one
     saved by one process resumes on the ranks, the next steps equal; save_model on the
@@ -51,11 +71,12 @@ def test_T61_ranks_equal_one_process(models, tmp_path, arch, rows):
     assert all(g["losses"] == got[0]["losses"] for g in got)
 
 
-def test_T61_sabotage_an_all_reduce_sum_is_seen(models, tmp_path):
+@pytest.mark.parametrize("arch", ["llama", "mamba"])
+def test_T61_sabotage_an_all_reduce_sum_is_seen(models, tmp_path, arch):
     """T-61: the check above can fail: joining the ranks' whole products by a running sum
     (an all-reduce sum) instead of folding the parts by the tree gives other weights
-    with uneven ranks (1 leaf and 2 leaves)."""
-    spec = {"mode": "sabotage", "path": models["llama"], "rows": [2, 4], "length": 64,
+    with uneven ranks (1 leaf and 2 leaves), for a transformer and for Mamba-1."""
+    spec = {"mode": "sabotage", "path": models[arch], "rows": [2, 4], "length": 64,
             "steps": 2}
     r, lines = torchrun(2, spec, tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:] + "\n".join(lines)

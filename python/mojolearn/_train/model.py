@@ -346,6 +346,31 @@ class PartSums:
         self.product(key, ones, terms)
 
 
+class TokenSums:
+    """Every gradient that is a sum over the call's tokens, by a unique key (a parameter's
+    checkpoint name, or "head" for the head's T-6 dW): with ``sums`` None the whole fold
+    (T-2) or dot (T-6) over the call's tokens written into the gradient buffer, as one
+    process computes it; with a PartSums (data-parallel ranks, T-61) this rank's part
+    over its range of the batch's tokens, the buffer left alone."""
+
+    def __init__(self, sums):
+        self.sums = sums
+
+    def dot(self, key, out, a, b):
+        """out (m, n) = a^T b, a (rows, m) and b (rows, n) over the tokens (T-6)."""
+        if self.sums is None:
+            _mm(a, b, out, out.shape[0], out.shape[1], a.shape[0], ta=1)
+        else:
+            self.sums.product(key, np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+    def fold(self, key, out, terms):
+        """out = fold(k = tokens) of terms (rows, out.size), reshaped to out's shape."""
+        if self.sums is None:
+            out[...] = TK.fold_rows(terms).reshape(out.shape)
+        else:
+            self.sums.fold(key, np.ascontiguousarray(terms))
+
+
 def _head_norms_backward(s, p, A, G, sums, dq, dk, dqkv, rows, nh, kvh, hd, eps, rope, L, rot):
     """qwen3 (M-33): the RoPE backward (T-53) into the normalized q / k, then T-62 per
     head back to the projection's q / k columns of dqkv; each norm weight's gradient is

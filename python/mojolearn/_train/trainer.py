@@ -38,8 +38,9 @@ class Trainer:
     """Fine-tune a transformer ``CausalLM`` (llama, mistral, qwen2, qwen3, phi3) or a Mamba-1 /
     Mamba-2 ``MambaLM`` (model_type "mamba", T-63 .. T-74; "mamba2", T-75 .. T-86) with the
     same bits on every CPU build and thread count (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md,
-    rules T-*). For a Mamba model ``group=`` and ``device="gpu"`` are refused by name;
-    ``model`` is then a ``MambaLM`` and ``save_model`` writes a ``MambaForCausalLM`` /
+    rules T-*). For a Mamba model ``device="gpu"`` is refused by name (its ``group=``
+    ranks run by T-61 like a transformer's); ``model`` is then a ``MambaLM`` and
+    ``save_model`` writes a ``MambaForCausalLM`` /
     ``Mamba2ForCausalLM`` folder.
 
     ``Trainer(lm, optimizer="adamw", lr=1e-3, weight_decay=None, betas=None, eps=None,
@@ -85,7 +86,7 @@ class Trainer:
             where, backend = resolve(device, "Trainer", _device_backend)
         cfg, weights = _weights_of(lm)
         if cfg.model_type in SSM_TYPES:
-            _refuse_ssm(cfg, where, group)
+            _refuse_ssm(cfg, where)
         if where == "gpu":
             from . import device as _device_step
 
@@ -98,7 +99,7 @@ class Trainer:
     def _setup(self, cfg, weights, optimizer, lr, weight_decay, betas, eps, momentum,
                lr_schedule, max_norm, progress, group=None, timeout=300.0):
         if cfg.model_type in SSM_TYPES:
-            _refuse_ssm(cfg, "cpu", group)
+            _refuse_ssm(cfg, "cpu")
         if cfg.model_type not in M.TRAINED_TYPES + tuple(SM.MIXERS):
             raise NotImplementedError(
                 f"mojolearn: Trainer: model_type {cfg.model_type!r} is not trained in this "
@@ -288,12 +289,17 @@ class Trainer:
         if self._scratch is None:
             self._scratch = self.params.grads_like()
         sums = M.PartSums(T, t0)
-        losses = M.loss_and_grads(self.params, ids, targets, d_bits, self._scratch, None,
-                                  self._rope_for(L), sums=sums)
+        if self._ssm:
+            losses = SM.loss_and_grads(self.params, ids, targets, d_bits, self._scratch, None,
+                                       sums=sums)
+        else:
+            losses = M.loss_and_grads(self.params, ids, targets, d_bits, self._scratch, None,
+                                      self._rope_for(L), sums=sums)
         folded, all_losses, all_dy, all_ids = comm.fold(
             sums, T, starts, losses, sums.dx, np.ascontiguousarray(ids.reshape(-1)), d)
         loss = _bits_f32(native().train_fold_div((_a(all_losses), all_losses.size, d_bits)))
-        emb = np.zeros_like(self.params.arrays["model.embed_tokens.weight"])
+        emb = np.zeros_like(self.params.arrays[SM.EMBED if self._ssm
+                                               else "model.embed_tokens.weight"])
         TK.embedding_backward_into(all_dy, all_ids, emb)  # T-13 in the batch's order
         out = []
         for n in self.params.names:
@@ -302,6 +308,15 @@ class Trainer:
 
     def _folded_grad(self, n, folded, emb):
         cfg = self.config
+        if self._ssm:  # every key is a parameter's name, but the head's ("head")
+            if n == SM.EMBED:
+                if not cfg.tie_word_embeddings:
+                    return emb
+                return K.add(np.ascontiguousarray(folded["head"]), emb,
+                             np.empty_like(emb))  # T-57
+            if n == "lm_head.weight":
+                return np.ascontiguousarray(folded["head"])
+            return np.ascontiguousarray(folded[n].reshape(self.params.arrays[n].shape))
         nq = cfg.num_attention_heads * cfg.head_dim
         nk = cfg.num_key_value_heads * cfg.head_dim
         ff = cfg.intermediate_size
@@ -507,17 +522,13 @@ ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "
 SSM_TYPES = ("mamba", "mamba2")
 
 
-def _refuse_ssm(cfg, where, group):
-    """What the trainer does not compute for the state-space families, refused by name."""
+def _refuse_ssm(cfg, where):
+    """What the trainer does not compute for the state-space families, refused by name
+    (their data-parallel ranks, group=, run by T-61 like the transformers')."""
     if where == "gpu":
         raise NotImplementedError(
             f"mojolearn: Trainer: device='gpu' does not train a {cfg.model_type!r} model in "
             f"this version (the GPU step covers llama, mistral, qwen2); use device='cpu'")
-    if group is not None:
-        raise NotImplementedError(
-            f"mojolearn: Trainer: group= (data-parallel ranks) does not train a "
-            f"{cfg.model_type!r} model in this version; train it in one process (accumulation= "
-            f"splits a batch into micro-batches with the same bits)")
 
 
 def _config_dict(cfg) -> dict:

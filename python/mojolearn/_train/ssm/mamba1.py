@@ -6,11 +6,13 @@ THE INTERFACE (ssm/model.py calls every mixer family through it):
 ``forward(p, layer, h, B, L, cfg) -> (out, saved)``: ``p`` the model's parameter dict by
 checkpoint name, ``layer`` the prefix ``backbone.layers.{i}.``, ``h`` the block norm's
 output (B * L, d) float32; ``out`` (B * L, d) the mixer's output before S-9's residual.
-``backward(p, layer, saved, dout, grads) -> dh``: ``dout`` the gradient at ``out``;
-writes every parameter gradient of the mixer into ``grads`` (a dict by checkpoint name
-of zeroed arrays of the parameters' shapes; each entry is written whole) and returns
-the gradient at ``h``. Sums over tokens are T-2 folds over this call's tokens, so
-micro-batches of whole rows on leaf boundaries join by T-26's tree.
+``backward(p, layer, saved, dout, grads, ts=None) -> dh``: ``dout`` the gradient at
+``out``; writes every parameter gradient of the mixer into ``grads`` (a dict by
+checkpoint name of zeroed arrays of the parameters' shapes; each entry is written whole)
+and returns the gradient at ``h``. Sums over tokens are T-2 folds / T-6 dots over this
+call's tokens, each made by ``ts`` (_train/model.py's TokenSums: the whole sum into
+``grads``, or with data-parallel ranks this rank's part, keyed by the parameter's name),
+so micro-batches and ranks of whole rows on leaf boundaries join by T-26's tree.
 
 Python only names kernels and copies columns; every value is computed by the Mojo
 kernels (mojo/ssm/cpu for the forward, mojo/train/cpu/ssm_ops.mojo for the backward).
@@ -21,7 +23,7 @@ import numpy as np
 
 from ...models._exec import kernels as K
 from .. import kernels as TK
-from ..model import _mm
+from ..model import TokenSums, _mm
 
 PARAMS = ("in_proj.weight", "conv1d.weight", "conv1d.bias", "x_proj.weight", "dt_proj.weight",
           "dt_proj.bias", "A_log", "D", "out_proj.weight")
@@ -65,8 +67,10 @@ def forward(p: dict, layer: str, h, B: int, L: int, cfg=None):
     return out, s
 
 
-def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
-    """T-63 .. T-72 for one mixer call; the gradient at h (B * L, d)."""
+def backward(p: dict, layer: str, s: Saved, dout, grads: dict, ts=None):
+    """T-63 .. T-72 for one mixer call; the gradient at h (B * L, d). ``ts``: the
+    _train/model.py TokenSums that computes every sum over the tokens (the whole fold / dot
+    into ``grads``, or a rank's part); None: the whole sums into ``grads``."""
     m = layer + "mixer."
     win = p[m + "in_proj.weight"]
     di, d = win.shape[0] // 2, win.shape[1]
@@ -74,9 +78,11 @@ def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
     rows = B * L
     r = p[m + "dt_proj.weight"].shape[1]
     G = grads
+    if ts is None:
+        ts = TokenSums(None)
     # out_proj (T-4 .. T-6)
     dg = _mm(dout, p[m + "out_proj.weight"], _empty(rows, di), rows, di, d)
-    _mm(dout, s.g, G[m + "out_proj.weight"], d, di, rows, ta=1)
+    ts.dot(m + "out_proj.weight", G[m + "out_proj.weight"], dout, s.g)
     # the scan, skip and gate (T-68 .. T-71)
     dxz = _empty(rows, 2 * di)
     du_s, ddelta = _empty(rows, di), _empty(rows, di)
@@ -85,8 +91,8 @@ def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
     TK.mamba1_scan_backward(s.u, s.delta, s.a, s.xp, r, r + 16, p[m + "D"], s.xz[:, di:], dg,
                             du_s, ddelta, dxz[:, di:], tb, tc, ta, td, B, L)
     del dg
-    G[m + "A_log"][...] = TK.fold_rows(ta).reshape(di, 16)
-    G[m + "D"][...] = TK.fold_rows(td)
+    ts.fold(m + "A_log", G[m + "A_log"], ta)  # over the tokens
+    ts.fold(m + "D", G[m + "D"], td)
     del ta, td
     dxp = _empty(rows, r + 32)
     dxp[:, r:r + 16] = TK.fold_rows(tb).reshape(rows, 16)  # T-69: the channels' fold
@@ -95,13 +101,13 @@ def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
     # softplus and dt_proj (T-67, T-72)
     ddt = TK.ssm_softplus_backward(s.dt, p[m + "dt_proj.bias"], ddelta, _empty(rows, di))
     del ddelta
-    G[m + "dt_proj.bias"][...] = TK.fold_rows(ddt)
+    ts.fold(m + "dt_proj.bias", G[m + "dt_proj.bias"], ddt)
     dt_low = np.ascontiguousarray(s.xp[:, :r])
-    _mm(ddt, dt_low, G[m + "dt_proj.weight"], di, r, rows, ta=1)
+    ts.dot(m + "dt_proj.weight", G[m + "dt_proj.weight"], ddt, dt_low)
     dxp[:, :r] = _mm(ddt, p[m + "dt_proj.weight"], _empty(rows, r), rows, r, di)
     del ddt, dt_low
     # x_proj (T-4 .. T-6), the join into u (T-55), the SiLU and the conv (T-65, T-66)
-    _mm(dxp, s.u, G[m + "x_proj.weight"], r + 32, di, rows, ta=1)
+    ts.dot(m + "x_proj.weight", G[m + "x_proj.weight"], dxp, s.u)
     du = _mm(dxp, p[m + "x_proj.weight"], _empty(rows, di), rows, di, r + 32)
     del dxp
     K.add(du, du_s, du)
@@ -111,10 +117,10 @@ def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
     terms = _empty(rows, 4 * di)
     TK.ssm_conv_backward(s.xz[:, :di], p[m + "conv1d.weight"].reshape(di, 4), dcv, dxz[:, :di],
                          terms, B, L)
-    G[m + "conv1d.weight"][...] = TK.fold_rows(terms).reshape(di, 1, 4)
-    G[m + "conv1d.bias"][...] = TK.fold_rows(dcv)
+    ts.fold(m + "conv1d.weight", G[m + "conv1d.weight"], terms)
+    ts.fold(m + "conv1d.bias", G[m + "conv1d.bias"], dcv)
     del terms, dcv
     # in_proj (T-4 .. T-6)
     dh = _mm(dxz, win, _empty(rows, d), rows, d, 2 * di)
-    _mm(dxz, s.h, G[m + "in_proj.weight"], 2 * di, d, rows, ta=1)
+    ts.dot(m + "in_proj.weight", G[m + "in_proj.weight"], dxz, s.h)
     return dh

@@ -29,7 +29,7 @@ THE INTERFACE (what the SSM trainer model calls)
 
 THE MIXER (the trainer's; ssm/model.py calls every family through it)
     ``forward(p, layer, h, B, L, cfg) -> (out, saved)`` and ``backward(p, layer, saved,
-    dout, grads) -> dh`` as mamba1.py's: S-19 .. S-25 with the inference model's kernels
+    dout, grads, ts=None) -> dh`` as mamba1.py's: S-19 .. S-25 with the inference model's kernels
     (in_proj, the conv over the CD channels and its SiLU, the dt path, this SSD, the
     gate mul(s, silu(z)) as M-17's silu_mul on [z | s], S-10's gated norm, out_proj),
     and the backward by T-4 .. T-6, T-63 / T-64, T-52, T-75 .. T-85, T-67 (with S-19's
@@ -51,7 +51,7 @@ from ..._core.threads import tasks
 from ...models._exec import kernels as K
 from ...models._ssm.config import EPS
 from .. import kernels as _k
-from ..model import _mm
+from ..model import TokenSums, _mm
 
 __all__ = ["ssd_forward", "ssd_backward", "ssd_param_grads", "dt_clamp_backward", "SsdSaved",
            "PARAMS", "forward", "backward"]
@@ -197,9 +197,11 @@ def forward(p: dict, layer: str, h, B: int, L: int, cfg=None):
     return out, s
 
 
-def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
+def backward(p: dict, layer: str, s: Saved, dout, grads: dict, ts=None):
     """The mixer's backward (T-4 .. T-6 products, T-63 / T-64 gated norm, T-52 gate,
-    T-75 .. T-85 SSD, T-76 dt path, T-65 / T-66 conv and SiLU); the gradient at h."""
+    T-75 .. T-85 SSD, T-76 dt path, T-65 / T-66 conv and SiLU); the gradient at h.
+    ``ts``: the _train/model.py TokenSums that computes every sum over the tokens (the
+    whole fold / dot into ``grads``, or a rank's part); None: the whole sums."""
     m = layer + "mixer."
     win = p[m + "in_proj.weight"]
     d = win.shape[1]
@@ -209,11 +211,13 @@ def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
     B, L = s.B, s.L
     rows = B * L
     G = grads
+    if ts is None:
+        ts = TokenSums(None)
     dgn = _mm(dout, p[m + "out_proj.weight"], _empty(rows, di), rows, di, d)
-    _mm(dout, s.gn, G[m + "out_proj.weight"], d, di, rows, ta=1)
+    ts.dot(m + "out_proj.weight", G[m + "out_proj.weight"], dout, s.gn)
     dg, terms = _empty(rows, di), _empty(rows, di)
     _k.ssm_norm_backward(dgn, s.g, p[m + "norm.weight"], _EPS_BITS, dg, terms)  # T-63, T-64
-    G[m + "norm.weight"][...] = _k.fold_rows(terms)
+    ts.fold(m + "norm.weight", G[m + "norm.weight"], terms)
     del dgn, terms
     dzs = _empty(rows, 2 * di)
     native().train_silu_mul_bwd((s.zs.ctypes.data, 2 * di, dg.ctypes.data, di, dzs.ctypes.data,
@@ -223,14 +227,14 @@ def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
     dzx[:, :di] = dzs[:, :di]
     dxbc, ddt, ta, td = ssd_backward(s.ssd, np.ascontiguousarray(dzs[:, di:]).reshape(B, L, di))
     del dzs
-    G[m + "A_log"][...] = _k.fold_rows(ta)
-    G[m + "D"][...] = _k.fold_rows(td)
+    ts.fold(m + "A_log", G[m + "A_log"], ta)  # T-85: over the tokens
+    ts.fold(m + "D", G[m + "D"], td)
     del ta, td
     lim = s.lim
     ddt = ddt.reshape(rows, H)
     dv = ddt if lim is None else dt_clamp_backward(ddt, s.v, lim[0], lim[1])  # T-76
     draw = _k.ssm_softplus_backward(s.zx[:, di + cd:], p[m + "dt_bias"], dv, _empty(rows, H))
-    G[m + "dt_bias"][...] = _k.fold_rows(draw)
+    ts.fold(m + "dt_bias", G[m + "dt_bias"], draw)
     dzx[:, di + cd:] = draw
     del draw, dv, ddt
     dcv = _k.ssm_silu_backward(s.cv, dxbc.reshape(rows, cd), _empty(rows, cd))  # T-66
@@ -238,9 +242,9 @@ def backward(p: dict, layer: str, s: Saved, dout, grads: dict):
     cterms = _empty(rows, 4 * cd)
     _k.ssm_conv_backward(s.zx[:, di:di + cd], p[m + "conv1d.weight"].reshape(cd, 4), dcv,
                          dzx[:, di:di + cd], cterms, B, L)  # T-65
-    G[m + "conv1d.weight"][...] = _k.fold_rows(cterms).reshape(cd, 1, 4)
-    G[m + "conv1d.bias"][...] = _k.fold_rows(dcv)
+    ts.fold(m + "conv1d.weight", G[m + "conv1d.weight"], cterms)
+    ts.fold(m + "conv1d.bias", G[m + "conv1d.bias"], dcv)
     del cterms, dcv
     dh = _mm(dzx, win, _empty(rows, d), rows, d, di + cd + H)
-    _mm(dzx, s.h, G[m + "in_proj.weight"], di + cd + H, d, rows, ta=1)
+    ts.dot(m + "in_proj.weight", G[m + "in_proj.weight"], dzx, s.h)
     return dh

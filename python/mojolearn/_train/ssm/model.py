@@ -7,10 +7,11 @@ kernels, so the per-position losses are the inference logits' cross entropy, bit
 bit.
 
 The mixer of each family is a module with ``PARAMS``, ``forward(p, layer, h, B, L, cfg)
--> (out, saved)`` and ``backward(p, layer, saved, dout, grads) -> dh`` (see mamba1.py);
+-> (out, saved)`` and ``backward(p, layer, saved, dout, grads, ts) -> dh`` (see mamba1.py);
 ``MIXERS`` maps the model_type to it. Every parameter is its own float32 array by
 checkpoint name; every sum over tokens is a T-2 fold / dot over the call's tokens, so
-micro-batches of whole rows on leaf boundaries reassemble by T-26's tree (T-59).
+micro-batches of whole rows on leaf boundaries reassemble by T-26's tree (T-59), and
+data-parallel ranks (T-61) compute each as their parts (``TokenSums`` with a PartSums).
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import numpy as np
 from ...models._exec import kernels as K
 from ...models._ssm.config import EPS
 from .. import kernels as TK
-from ..model import IGNORE, _mm
+from ..._core.threads import tasks
+from ...models._exec.kernels import _a, native
+from ..model import IGNORE, TokenSums, _mm
 from . import mamba1, mamba2
 
 MIXERS = {"mamba": mamba1, "mamba2": mamba2}
@@ -71,13 +74,19 @@ def _empty(*shape):
     return np.empty(shape, dtype=np.float32)
 
 
-def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc):
+def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc, sums=None):
     """One micro-batch: ids (B, L) int64, targets (B * L,) int64 (IGNORE where none).
     Returns the per-position losses (T-14, T-16). With ``grads`` (a Params of zeroed
     buffers), writes every token-sum gradient of this micro-batch (its fold / dot over
     these tokens), the head's T-6 dW into lm_head (untied) or the embedding's slot (tied;
     the trainer adds the chain, T-57), and continues the embedding's chain in emb_acc
-    (T-13). d_bits: the float32 bits of the whole batch's counted positions (T-18)."""
+    (T-13). d_bits: the float32 bits of the whole batch's counted positions (T-18).
+
+    ``sums`` (data-parallel ranks, T-61): a PartSums; every token-sum gradient is then
+    this rank's part over its range of the batch's tokens (contract 6.7) in
+    ``sums.parts`` (keyed by parameter name; "head" for the head's dW) instead of
+    ``grads`` (whose arrays serve as scratch), and the embedding's chain is left to the
+    caller: ``sums.dx`` holds the gradient at the embedding's output."""
     cfg = params.cfg
     A = params.arrays
     mix = MIXERS[cfg.model_type]
@@ -109,19 +118,27 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc):
     V = cfg.vocab_size
     dxf = _mm(dlog, head, _empty(rows, d), rows, d, V)
     dhead = G[EMBED] if cfg.tie_word_embeddings else G["lm_head.weight"]
-    _mm(dlog, xf, dhead, V, d, rows, ta=1)  # T-6
+    ts = TokenSums(sums)
+    ts.dot("head", dhead, dlog, xf)  # T-6
     del dlog
     dx = _empty(rows, d)
     TK.rms_norm_backward(dxf, x, A["backbone.norm_f.weight"], _EPS_BITS, dx,
                          G["backbone.norm_f.weight"])  # T-9 .. T-11
+    if sums is not None:  # the final norm's fold over the tokens (T-11), in parts
+        t = _empty(rows, d)
+        native().train_rmsnorm_terms((_a(dxf), _a(x), _a(t), rows, d, _EPS_BITS, tasks()))
+        sums.fold("backbone.norm_f.weight", t)
     for i in reversed(range(cfg.num_hidden_layers)):
         p = f"backbone.layers.{i}."
         xin, s = saved[i]
-        dh = mix.backward(A, p, s, dx, G)
+        dh = mix.backward(A, p, s, dx, G, ts)
         dxn, terms = _empty(rows, d), _empty(rows, d)
         TK.ssm_norm_backward(dh, xin, A[p + "norm.weight"], _EPS_BITS, dxn, terms)  # T-63, T-64
-        G[p + "norm.weight"][...] = TK.fold_rows(terms)
+        ts.fold(p + "norm.weight", G[p + "norm.weight"], terms)
         dx = K.add(dx, dxn, dxn)  # T-55
         saved[i] = None
+    if sums is not None:
+        sums.dx = dx  # the caller runs the chain over every rank's tokens in order
+        return losses
     TK.embedding_backward_into(dx, flat, emb_acc)  # T-13, carried across micro-batches
     return losses
