@@ -15,7 +15,8 @@ fp32.v1 / bf16f32.v1 (fp32_v1.mojo, ukernel_f32.mojo, pack_f32.mojo)
     MC      rows of A packed per block; NCS columns of B per chunk of the small-m
             path; the packed B chunk stays within PACK_B_BYTES; a row block whose A over
             all of k fits in PANEL_OUTER_A_BYTES is visited column panel by column panel
-            (its tree slots stay in L2), a larger one leaf by leaf
+            (its tree slots stay in L2), a larger one leaf by leaf; PACK_ROWS rows of k
+            are packed across every panel at a time (A stored (k, m), B stored (k, n))
 rows_f32.mojo (m <= ROWS_MAX, decode shapes)
     TCHUNK  NT columns transposed per chunk (NTG groups of 16; the fused NT leaf holds
             TCHUNK / W register groups of W lanes); PF_ROWS rows prefetched
@@ -75,6 +76,10 @@ comptime KU = 4 if W == 8 else 1
 # numeric_mode deterministic / fast: leaves of at least FAST_KC k-steps (not fp32.v1's
 # order: fewer tree merges per output; see fp32_v1.mode_leaf)
 comptime FAST_KC = 512
+# rows of k that pack_a (A stored (k, m)) and pack_b (B stored (k, n)) copy across every
+# full panel before the next rows: each row is read along its length instead of one
+# panel's rows, a row stride apart, at a time (a loop order, not a cache block)
+comptime PACK_ROWS = 8
 comptime PACK_B_BYTES = 16 * 1024 * 1024
 comptime PANEL_OUTER_A_BYTES = 2 * 1024 * 1024
 # rows_f32 (decode shapes)

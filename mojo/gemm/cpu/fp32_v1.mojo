@@ -14,7 +14,9 @@ tasks gives the same bits (contract 6.5). Per task:
 Every tile sees its leaves in ascending order either way: the visit order of tiles is
 all that differs, which no output can see.
 Workspace: the packed B chunk, the packed A block and the tree slots - packing panels
-only, bounded by the plan's pack_b_bytes.
+only, bounded by the plan's pack_b_bytes. When the columns are split over several tasks
+and all of A fits A_ONCE_BYTES, A is packed once for all of them (pack_a_shared: each
+task a share of the rows, in a first parallel step) and every task reads that copy.
 """
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
@@ -95,9 +97,10 @@ def _a_part(p: CachePlan, k: Int, i_rows: Int, L: Int, a_once: Bool) -> Int:
 
 
 def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
-                 a_once: Bool = False) -> Int:
+                 a_once: Bool = False, a_shared: Bool = False) -> Int:
     """Workspace floats f32_block needs for a block of i_rows x j_cols (no packed B
-    chunk when B comes prepared; A over all of k when a_once)."""
+    chunk when B comes prepared; A over all of k when a_once; no A at all when
+    a_shared: the tasks read one copy, a_shared_ws, made by pack_a_shared)."""
     var L = g.leaf
     var nleaves = g.nleaves()
     var nc_max = nc_for(g.plan, g.k, j_cols)
@@ -105,19 +108,72 @@ def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
     var slot_cols = NR if panel_outer(g.plan, g.k, i_rows) else nc_max
     var nslots = mc_pad * slot_cols * bit_length(nleaves) if nleaves > 1 else NR
     var bpart = 0 if prepared else round_up(nc_max * g.k, 16)
-    return bpart + _a_part(g.plan, g.k, i_rows, L, a_once) + round_up(nslots, 16)
+    var apart = 0 if a_shared else _a_part(g.plan, g.k, i_rows, L, a_once)
+    return bpart + apart + round_up(nslots, 16)
+
+
+def a_shared_ws(g: GemmArgs) -> Int:
+    """Floats of the one packed copy of A (all m rows, all of k, f32_block's a_once
+    layout) that the tasks of a column split share (pack_a_shared)."""
+    return _a_part(g.plan, g.k, g.m, g.leaf, True)
+
+
+def pack_a_shared(g: GemmArgs, r_lo: Int, r_hi: Int, dst: F32Ptr):
+    """Rows [r_lo, r_hi) (multiples of MR, or r_hi = m) of A into the one copy that
+    the tasks of a column split read (f32_block's a_once layout for i_lo = 0: row
+    block ib's leaf p at ib * k + round_up(mcb, MR) * k0, panel ip of that leaf
+    ip * MR * lk further). The tasks of a first parallel step each pack a share of the
+    rows, so no task packs all of A. Packing is a copy: the bits do not depend on who
+    packs what."""
+    var k = g.k
+    var MC = g.plan.mc
+    var lda = g.m if g.trans_a else k
+    var ib = (r_lo // MC) * MC
+    while ib < r_hi:
+        var mcb = min(MC, g.m - ib)
+        var lo = max(ib, r_lo)
+        var hi = min(ib + mcb, r_hi)
+        if hi > lo:
+            _pack_a_panels(g, lda, lo, hi - lo, dst.unsafe_offset(ib * k), round_up(mcb, MR), (lo - ib) // MR)
+        ib += MC
+
+
+def _pack_a_panels(g: GemmArgs, lda: Int, i0: Int, rows: Int, blk: F32Ptr, mc_pad: Int, ip0: Int):
+    """Rows [i0, i0 + rows) of A (panels ip0.. of a row block whose leaves lie at
+    blk + mc_pad * k0), every leaf. A stored (m, k): one MR-row panel at a time, its
+    leaves in ascending k, so each row is read front to back; stored (k, m): leaf by
+    leaf (pack_a walks its rows of k)."""
+    var k = g.k
+    var L = g.leaf
+    var nleaves = g.nleaves()
+    if g.trans_a:
+        for p in range(nleaves):
+            var k0 = p * L
+            pack_a(g.a, g.a_bf16, g.trans_a, lda, i0, rows, k0, min(L, k - k0),
+                   blk.unsafe_offset(mc_pad * k0 + ip0 * MR * min(L, k - k0)))
+        return
+    var npan = (rows + MR - 1) // MR
+    for q in range(npan):
+        var r = min(MR, rows - q * MR)
+        for p in range(nleaves):
+            var k0 = p * L
+            var lk = min(L, k - k0)
+            pack_a(g.a, g.a_bf16, g.trans_a, lda, i0 + q * MR, r, k0, lk,
+                   blk.unsafe_offset(mc_pad * k0 + (ip0 + q) * MR * lk))
 
 
 def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr, bpre: Int = 0,
-              a_once: Bool = False, bfmt: Int = PANELS_F32, bscales: Int = 0):
+              a_once: Bool = False, bfmt: Int = PANELS_F32, bscales: Int = 0, apre: Int = 0):
     """bpre: 0, or the address of B prepared in pack_b's layout over all n
     (pack_f32.pack_b_all): nothing is packed, chunk jc is read at bpre + jc * k
     (j_lo is then a multiple of NR). With a low-bit bfmt (gemm/cpu/pack_lowbit.mojo)
     the prepared panels of chunk jc are widened into the workspace's packed B chunk
     instead (the workspace sized by f32_block_ws with prepared=False). a_once (the workspace sized by f32_block_ws with
     the same flag): A is packed once, every row block and leaf, before the column
-    chunks, which then read it where it lies. Packing is a copy: the bits do not
-    depend on when it happens."""
+    chunks, which then read it where it lies. apre: 0, or the address of A already
+    packed so for all m rows (pack_a_shared; i_lo = 0, a_once, the workspace sized by
+    f32_block_ws with a_shared): nothing of A is packed here. Packing is a copy: the
+    bits do not depend on when it happens."""
     var m = g.m
     var n = g.n
     var k = g.k
@@ -138,15 +194,15 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
     var outer = panel_outer(g.plan, k, i_hi - i_lo)
     var level_stride = mc_pad * (NR if outer else nc_max)
     var slots = apack.unsafe_offset(_a_part(g.plan, k, i_hi - i_lo, L, a_once))
-    if a_once:
+    if apre != 0:
+        slots = apack
+        apack = F32Ptr(unsafe_from_address=apre)
+    elif a_once:
         # block ic's leaf p at (ic - i_lo) * k + round_up(mc, MR) * k0
         var ib = i_lo
         while ib < i_hi:
             var mcb = min(MC, i_hi - ib)
-            for p in range(nleaves):
-                var k0 = p * L
-                pack_a(g.a, g.a_bf16, g.trans_a, lda, ib, mcb, k0, min(L, k - k0),
-                       apack.unsafe_offset((ib - i_lo) * k + round_up(mcb, MR) * k0))
+            _pack_a_panels(g, lda, ib, mcb, apack.unsafe_offset((ib - i_lo) * k), round_up(mcb, MR), 0)
             ib += MC
     var acc = Acc(fill=SIMD[DType.float32, W](0))
     var jc = j_lo
@@ -170,10 +226,7 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
                 if a_once:
                     ablk0 = apack.unsafe_offset((ic - i_lo) * k)
                 else:
-                    for p in range(nleaves):
-                        var k0 = p * L
-                        pack_a(g.a, g.a_bf16, g.trans_a, lda, ic, mc, k0, min(L, k - k0),
-                               apack.unsafe_offset(round_up(mc, MR) * k0))
+                    _pack_a_panels(g, lda, ic, mc, apack, round_up(mc, MR), 0)
                 for jp in range(npan):
                     var nr = min(NR, nc - jp * NR)
                     for p in range(nleaves):

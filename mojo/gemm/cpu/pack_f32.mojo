@@ -8,7 +8,7 @@ transposed (n,k). Packing copies bits; it never rounds.
 """
 from std.collections import Array
 from common.ptr import F32Ptr, U16Ptr, U32Ptr
-from gemm.cpu.blocking import MR, NR, W
+from gemm.cpu.blocking import MR, NR, W, PACK_ROWS
 from arith.bf16 import widen
 
 
@@ -26,7 +26,27 @@ def pack_a(
 ):
     """A[i0:i0+mc, k0:k0+lk] into MR-row panels. lda: row stride of the stored array."""
     var panels = (mc + MR - 1) // MR
-    for p in range(panels):
+    var p_first = 0
+    if trans_a and not a_bf16:
+        # stored (k, m): the full panels a few rows of k at a time, each row of k read
+        # across every panel before the next (not one panel's k rows, a page apart, at
+        # a time)
+        var full = mc // MR
+        var s = F32Ptr(unsafe_from_address=src)
+        var kb = 0
+        while kb < lk:
+            var ke = min(kb + PACK_ROWS, lk)
+            for p in range(full):
+                var d = dst.unsafe_offset(p * MR * lk)
+                for kk in range(kb, ke):
+                    var row = s.unsafe_offset((k0 + kk) * lda + i0 + p * MR)
+                    comptime for c in range(MR // 4):
+                        d.unsafe_store(kk * MR + 4 * c, row.unsafe_load[width=4](4 * c))
+                    comptime for c in range(4 * (MR // 4), MR):
+                        d.unsafe_store(kk * MR + c, row.unsafe_load(c))
+            kb = ke
+        p_first = full
+    for p in range(p_first, panels):
         var d = dst.unsafe_offset(p * MR * lk)
         var rows = min(MR, mc - p * MR)
         if trans_a:
@@ -72,7 +92,24 @@ def pack_b(
     """B[0:k, j0:j0+nc] into NR-column panels of k rows each. ldb: row stride of the
     stored array ((k, n) when not transposed, (n, k) when transposed)."""
     var panels = (nc + NR - 1) // NR
-    for p in range(panels):
+    var p_first = 0
+    if not trans_b and not b_bf16:
+        # stored (k, n): the full panels a few rows of k at a time, each row read across
+        # every panel before the next (not one panel's k rows, a page apart, at a time)
+        var full = nc // NR
+        var s = F32Ptr(unsafe_from_address=src)
+        var kb = 0
+        while kb < k:
+            var ke = min(kb + PACK_ROWS, k)
+            for p in range(full):
+                var d = dst.unsafe_offset(p * NR * k)
+                for kk in range(kb, ke):
+                    var row = s.unsafe_offset(kk * ldb + j0 + p * NR)
+                    comptime for v in range(NR // W):
+                        d.unsafe_store(kk * NR + v * W, row.unsafe_load[width=W](v * W))
+            kb = ke
+        p_first = full
+    for p in range(p_first, panels):
         var d = dst.unsafe_offset(p * NR * k)
         var cols = min(NR, nc - p * NR)
         var jb = j0 + p * NR

@@ -24,7 +24,7 @@ from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes, load_w, widen_panels,
                                   pack_bf16_panels, pack_i8_panels)
 from common.ptr import I8Ptr, U16Ptr
-from gemm.cpu.fp32_v1 import GemmArgs, mode_leaf, f32_block, f32_block_ws, a_once_fits
+from gemm.cpu.fp32_v1 import GemmArgs, mode_leaf, f32_block, f32_block_ws, a_once_fits, a_shared_ws, pack_a_shared
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
@@ -362,18 +362,31 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     # a low-bit format on the blocked path widens each column chunk into the workspace
     # (the packed B chunk of the raw path): its workspace is the raw path's
     var f32_panels = bfmt == PANELS_F32
-    var per_task = small_prepared_ws(g, rows, bfmt) if small_m else f32_block_ws(g, rows, cols, f32_panels, a_once)
+    # a column split of the blocked path: A packed once, shared by the tasks (as gemm_f32)
+    var a_shared = split_n and not small_m and t_count > 1 and a_once
+    var per_task = small_prepared_ws(g, rows, bfmt) if small_m else f32_block_ws(g, rows, cols, f32_panels, a_once,
+                                                                                  a_shared)
     if rows_path:
         per_task = rows_prepared_ws(g)
     per_task = round_up(per_task, 16)  # every task's part starts on a 64-byte boundary
-    var need_total = per_task * t_count * 4
+    var a_part = round_up(a_shared_ws(g), 16) if a_shared else 0
+    var need_total = (a_part + per_task * t_count) * 4
     var ws_at = ws_take(ws_addr, ws_bytes, need_total)
     var own = ws_at == 0
-    var ws = F32Ptr(unsafe_from_address=ws_at) if not own else unsafe_alloc[Float32](
-        per_task * t_count, alignment=64
+    var ws0 = F32Ptr(unsafe_from_address=ws_at) if not own else unsafe_alloc[Float32](
+        a_part + per_task * t_count, alignment=64
     ).unsafe_origin_cast[MutAnyOrigin]()
+    var ws = ws0.unsafe_offset(a_part)  # the tasks' parts, after the shared A
+    var apre = Int(ws0) if a_shared else 0
 
-    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre, imm a_once, imm bfmt, imm bscales}:
+    def pack_shared(t: Int) {imm g, imm t_count, imm ws0}:
+        var b = chunk_bounds(g.m, t_count, t, MR)
+        pack_a_shared(g, b[0], b[1], ws0)
+
+    if a_shared:
+        run_tasks(pack_shared, t_count)
+
+    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm bpre, imm a_once, imm bfmt, imm bscales, imm apre}:
         var w = ws.unsafe_offset(t * per_task)
         if rows_path:
             var b = chunk_bounds(g.n, t_count, t, NR)
@@ -388,14 +401,14 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
             if small_m:
                 f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre, bfmt, bscales)
             else:
-                f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once, bfmt, bscales)
+                f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once, bfmt, bscales, apre)
         else:
             var b = chunk_bounds(g.m, t_count, t, MR)
             f32_block(g, b[0], b[1], 0, g.n, w, bpre, a_once, bfmt, bscales)
 
     run_tasks(work, t_count)
     if own:
-        ws.unsafe_free()
+        ws0.unsafe_free()
     return PythonObject(ws_request(need_total))
 
 
