@@ -30,6 +30,8 @@ def test_conformance_sabotage_fails_and_names_lanes():
     """Conformance: --sabotage perturbs a leaf order / a low bit and the run MUST fail (exit 1)."""
     r = run_cli("--quiet", "--sabotage")
     assert r.returncode == 1, r.stdout + r.stderr
+    # exit 1 is also what an uncaught exception gives: the run must end by itself
+    assert "Traceback" not in r.stderr, r.stderr
     names = [ln for ln in r.stdout.splitlines() if ln.startswith("MISMATCH lane=")]
     lanes = {ln.split()[1] for ln in names}
     assert "lane=fp32.v1/NN" in lanes and "lane=int8i32.v1" in lanes and "lane=int15i64.v1" in lanes

@@ -502,8 +502,11 @@ def main(argv=None) -> int:
           f"{len(results) - lane_bad} lanes match, {lane_bad} mismatch; "
           f"identity checks: {id_bad} differ")
     for key, want, got in mism:
-        lane, fx = key.rsplit(":", 1)
-        print(f"MISMATCH lane={lane} fixture={fx} golden={want} got={got}")
+        if ":" in key:
+            lane, fx = key.rsplit(":", 1)
+            print(f"MISMATCH lane={lane} fixture={fx} golden={want} got={got}")
+        else:  # an identity check (identity/...): one name, the two hashes it compares
+            print(f"MISMATCH check={key} expected={want} got={got}")
     return 1 if mism else 0
 
 __all__ = ["run", "main", "diff", "lanes", "model_lanes", "load_golden", "column", "box",
