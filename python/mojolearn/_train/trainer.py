@@ -583,6 +583,22 @@ def _jsonable(d: dict) -> dict:
     return out
 
 
+def _source_path(lm):
+    """The checkpoint a float32 model was loaded from (its weights are read again from
+    there), or a refusal: low-bit weights are not trained, and a model built from a
+    weights dict no longer holds its float32 values."""
+    if lm.weight_format != "float32":
+        raise ValueError(f"mojolearn: Trainer: the model holds its weights as "
+                         f"{lm.weight_format!r}; weights stored low-bit are not trained "
+                         f"(train in float32, pack after)")
+    path = getattr(lm, "_source_path", None)
+    if path is None:
+        raise ValueError(f"mojolearn: Trainer: this {type(lm).__name__} was built from a "
+                         f"weights dict, whose float32 values it no longer holds; pass the "
+                         f"checkpoint's path, or build it with CausalLM.load")
+    return path
+
+
 def _weights_of(lm):
     """(config, float32 weights) of a CausalLM loaded from a checkpoint, or of a path."""
     from ..models._load.loader import read_model, split_fused, check_weights
@@ -601,30 +617,13 @@ def _weights_of(lm):
             if mt in SSM_TYPES:
                 return _ssm_weights_of(path)
     elif isinstance(lm, MambaLM):
-        if lm.weight_format != "float32":
-            raise ValueError(f"mojolearn: Trainer: the model holds its weights as "
-                             f"{lm.weight_format!r}; weights stored low-bit are not trained "
-                             f"(train in float32, pack after)")
-        path = getattr(lm, "_source_path", None)
-        if path is None:
-            raise ValueError("mojolearn: Trainer: this MambaLM was built from a weights dict, "
-                             "whose float32 values it no longer holds; pass the checkpoint's "
-                             "path, or build it with CausalLM.load")
-        return _ssm_weights_of(path)
+        return _ssm_weights_of(_source_path(lm))
     elif isinstance(lm, CausalLM):
         if type(lm) is not CausalLM:
             raise NotImplementedError(f"mojolearn: Trainer: a {type(lm).__name__} is not "
                                       f"trained in this version; the trainer computes the "
                                       f"transformer families {', '.join(M.TRAINED_TYPES)}")
-        if lm.weight_format != "float32":
-            raise ValueError(f"mojolearn: Trainer: the model holds its weights as "
-                             f"{lm.weight_format!r}; weights stored low-bit are not trained "
-                             f"(train in float32, pack after)")
-        path = getattr(lm, "_source_path", None)
-        if path is None:
-            raise ValueError("mojolearn: Trainer: this CausalLM was built from a weights dict, "
-                             "whose float32 values it no longer holds; pass the checkpoint's "
-                             "path, or build it with CausalLM.load")
+        path = _source_path(lm)
     else:
         raise TypeError(f"mojolearn: Trainer: lm must be a CausalLM or a checkpoint path, got "
                         f"{type(lm).__name__}")
