@@ -136,11 +136,13 @@ def run_models(B, threads, quick, torch):
         from mojolearn._tools import profile as _prof
 
         bd = _prof.breakdown(lambda: f32.forward(ids))
-        print(_prof.report(f"    breakdown of one fp32_v1 prefill of {n}", bd, top=5))
+        print(_prof.report(f"    breakdown of one fp32_v1 prefill of {n}", bd, top=5,
+                           peak_gflops=B.peak))
         row["breakdown"] = {"wall_ms": bd["wall_s"] * 1e3,
                             "categories_ms": {k: v * 1e3 for k, v in bd["categories"].items()},
                             "products": [{"kernel": nm, "m": m, "n": n_, "k": k, "ms": t * 1e3,
-                                          "calls": c, "gflops": g}
+                                          "calls": c, "gflops": g,
+                                          "pct_fma_peak": 100 * g / B.peak if B.peak else None}
                                          for nm, m, n_, k, t, c, g in bd["products"]]}
         pairs = [a / b for a, b in zip(row["reps_ms"]["fixed15_v1"], row["reps_ms"]["mojolearn"])]
         over = {"lo": min(pairs), "hi": max(pairs), "median": statistics.median(pairs)}

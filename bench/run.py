@@ -162,6 +162,7 @@ class Bench:
         self.only = only
         self.rows = []
         self.t0 = now()
+        self.peak = None  # this CPU build's FMA peak, GFLOP/s (main measures it)
 
     def case(self, name, op, profile, shape, contenders, ours="mojolearn", peer=None,
              settle=("numpy", "torch"), check=None, flops=None, extra=None, reps=None):
@@ -184,6 +185,9 @@ class Bench:
                          for k, v in res.items() if k != ours}
         if flops:
             row["gflops"] = {k: flops / v[0] / 1e9 for k, v in res.items()}
+            if self.peak:
+                # against this CPU build's FMA peak (measured at the start of the run)
+                row["pct_fma_peak"] = {k: 100 * g / self.peak for k, g in row["gflops"].items()}
         if check is not None:
             row["check"] = check()
         if extra:
@@ -196,6 +200,8 @@ class Bench:
             row["workspace_bytes"] = ws
         self.rows.append(row)
         msg = f" {res[ours][0] * 1e3:9.3f} ms"
+        if "pct_fma_peak" in row:
+            msg += f" ({row['gflops'][ours]:.0f} GFLOP/s, {row['pct_fma_peak'][ours]:.0f}% of the FMA peak)"
         if "ratio" in row:
             msg += f"  {row['ratio']:.2f}x vs {peer} (fastest reps {row['ratios'][peer]['best']:.2f}x)"
         print(msg, flush=True)
@@ -224,6 +230,12 @@ def main(argv=None):
 
     if not a.only:
         print(f"  estimate: {estimate_line(box(), mojolearn.cpu_isa(), a.quick)[0]}", flush=True)
+    from mojolearn._tools import profile as _prof
+
+    peak = _prof.fma_peak()
+    B.peak = peak["gflops"]
+    print(f"  FMA peak of this build, measured (best of {len(peak['runs_gflops'])} runs of the "
+          f"micro-kernel's FMAs): {peak['gflops']:.1f} GFLOP/s on {peak['tasks']} threads")
     if PEER_PIN:
         print(f"  peers pinned to the {mojolearn.cpu_isa()} build's ISA (this CPU also runs "
               f"{', '.join(_wider)}): " + " ".join(f"{k}={v}" for k, v in PEER_PIN.items()))
@@ -413,6 +425,11 @@ def main(argv=None):
         "peers_pinned": ({"env": PEER_PIN, "why": f"the {isa} build on a CPU that runs a wider build "
                           f"({', '.join(_wider)}): numpy/torch pinned to the {isa} build's ISA, as "
                           "on a machine of that ISA"} if PEER_PIN else None),
+        "fma_peak": {"gflops": round(peak["gflops"], 2), "tasks": peak["tasks"],
+                     "runs_gflops": [round(r, 2) for r in peak["runs_gflops"]],
+                     "what": "the fp32.v1 micro-kernel's FMAs on its register tile, no memory "
+                             "operand (gemm/cpu/peak.mojo); best of the runs; rows with a "
+                             "flop count give pct_fma_peak against it"},
         "cases": B.rows,
         # the whole run, from the start of main to the results (model loading included):
         # the next run's estimate on this box (bench/estimate.py)

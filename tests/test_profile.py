@@ -68,3 +68,47 @@ def test_timed_torch_mode_splits_the_kernels():
     assert rec["products"] > 0 and set(rec["by_kernel"]) == {"nn_attention"}
     assert rec["kernels"] == pytest.approx(sum(rec["by_kernel"].values()))
     assert M._product.__name__ == "_product"
+
+
+def _f32_bits(x: float) -> int:
+    import struct
+
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def test_fma_peak_loop_runs_every_round_with_the_given_operands():
+    """gemm/cpu/peak.mojo's loop: every task runs every round on every accumulator (with
+    x = y = 1 each lane counts its rounds exactly), and x and y are the caller's
+    (x = 1/2, y = 1: each lane settles at 2; y = 1/2: half the count), so the timed
+    loop can be neither folded nor cut short by the compiler."""
+    from mojolearn._core.loader import blocking, cpu_native
+
+    nat, bt = cpu_native(), blocking()
+    lanes = bt["W"] * bt["MR"] * bt["NV"]
+    out = np.full(3, -1.0, np.float32)
+    nat.fma_peak((1000, 3, _f32_bits(1.0), _f32_bits(1.0), out.ctypes.data))
+    assert out.tolist() == [1000.0 * lanes] * 3
+    nat.fma_peak((1000, 2, _f32_bits(0.5), _f32_bits(1.0), out.ctypes.data))
+    assert out[:2].tolist() == [2.0 * lanes] * 2
+    nat.fma_peak((1000, 1, _f32_bits(1.0), _f32_bits(0.5), out.ctypes.data))
+    assert out[0] == 500.0 * lanes
+
+
+def test_fma_peak_measures_and_refuses_bad_arguments():
+    import pytest
+
+    pk = P.fma_peak(tasks=2, runs=2, seconds=0.002)
+    assert pk["tasks"] == 2 and len(pk["runs_gflops"]) == 2
+    assert pk["gflops"] == max(pk["runs_gflops"]) > 0
+    assert pk["per_task_gflops"] == pytest.approx(pk["gflops"] / 2)
+    for bad in ({"tasks": 0}, {"runs": 0}, {"seconds": 0.0}):
+        with pytest.raises(ValueError, match="mojolearn: fma_peak"):
+            P.fma_peak(**bad)
+
+
+def test_report_gives_each_shape_its_share_of_the_peak():
+    b = {"wall_s": 1.0, "categories": {"products": 0.5, "Python and copies": 0.5},
+         "kernels": {}, "products": [("gemm_prepared", 4, 8, 16, 0.5, 1, 50.0)]}
+    assert "% of the FMA peak" not in P.report("t", b)
+    text = P.report("t", b, peak_gflops=200.0)
+    assert "% of the FMA peak" in text and " 25.0%" in text.splitlines()[-1]

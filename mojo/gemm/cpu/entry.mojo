@@ -17,6 +17,8 @@ from gemm.cpu.pack_int import IMR, INR
 from common.ptr import U32Ptr
 from common.workspace import ws_take, ws_request
 from std.memory.alloc import unsafe_alloc
+from gemm.cpu.peak import fma_rounds
+from std.memory import bitcast
 from gemm.cpu.fp32_v1 import (GemmArgs, mode_leaf, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws,
                               a_once_fits, a_shared_ws, pack_a_shared)
 
@@ -312,7 +314,31 @@ def gemm_int15_packed(args: PythonObject) raises -> PythonObject:
     return PythonObject(_int_call(g, max(1, _arg(args, 11)), _arg(args, 13), _arg(args, 14)))
 
 
+def fma_peak(args: PythonObject) raises -> PythonObject:
+    """Arguments: (iters, tasks, x bits, y bits, out f32 addr). Each of `tasks` tasks
+    runs gemm/cpu/peak.mojo's fma_rounds(iters, x, y) (x, y: the float32 of these bit
+    patterns) and writes its checksum to out[t]; the caller times the call."""
+    var iters = _arg(args, 0)
+    var tasks = max(1, _arg(args, 1))
+    var x = _bits_f32(_arg(args, 2))
+    var y = _bits_f32(_arg(args, 3))
+    var out = F32Ptr(unsafe_from_address=_arg(args, 4))
+
+    def work(t: Int) {imm iters, imm x, imm y, imm out}:
+        out.unsafe_store(t, fma_rounds(iters, x, y))
+
+    run_tasks(work, tasks)
+    return PythonObject(None)
+
+
+@always_inline
+def _bits_f32(v: Int) -> Float32:
+    """The float32 whose bit pattern is the low 32 bits of v."""
+    return bitcast[DType.float32, 1](SIMD[DType.uint32, 1](UInt32(v & 0xFFFFFFFF)))[0]
+
+
 def register_gemm(mut m: PythonModuleBuilder) raises:
+    m.def_function[fma_peak]("fma_peak")
     m.def_function[gemm_f32]("gemm_f32")
     m.def_function[gemm_int8]("gemm_int8")
     m.def_function[gemm_int15]("gemm_int15")

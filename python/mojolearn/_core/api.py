@@ -92,6 +92,8 @@ ENTRIES = (
     Entry("mxcsr_set", ("value",), "cpu", "int", "tests only: set MXCSR, return the old value"),
     Entry("isa", (), "cpu", "str", "the instruction sets of this build"),
     Entry("blocking", (), "cpu", "str", "the block-size table, 'NAME=value;...'"),
+    Entry("fma_peak", ("iters", "tasks", "x_bits", "y_bits", "out_f32"), "cpu",
+          doc="the FMA-peak loop (gemm/cpu/peak.mojo): each task's checksum to out[t]"),
     Entry("set_cache_sizes", ("l1d", "l2", "l3"), "cpu", "None",
           "make the process's cache plan for these sizes in bytes (0: unknown)"),
     Entry("nn_gather", ("table_f32", "ids_i64", "out_f32", "rows", "d", "tasks"), "cpu"),

@@ -25,6 +25,45 @@ ELEMENTWISE = {"rmsnorm", "rope", "silu_mul", "add", "gather", "gather_panels",
 _TIMED = sorted(PRODUCTS | ATTENTION | SCANS | ELEMENTWISE)
 
 
+def fma_peak(tasks=None, runs: int = 9, seconds: float = 0.02) -> dict:
+    """This CPU build's float32 FMA peak, measured: the best of ``runs`` timed runs of
+    gemm/cpu/peak.mojo's loop (the fp32.v1 micro-kernel's FMAs on its register tile, no
+    memory operand) on ``tasks`` threads (default: the kernels' thread count), each
+    about ``seconds`` long. The best run, because a busy host only ever slows a run
+    down. Returns {"gflops", "tasks", "per_task_gflops", "runs_gflops"}."""
+    import struct
+
+    import numpy as np
+
+    from .._core import threads as _threads
+    from .._core.loader import blocking, cpu_native
+
+    t = _threads.tasks() if tasks is None else int(tasks)
+    if t < 1 or runs < 1 or not seconds > 0:
+        raise ValueError(f"mojolearn: fma_peak: tasks, runs and seconds must be positive "
+                         f"(got {t}, {runs}, {seconds})")
+    nat, bt = cpu_native(), blocking()
+    flops_round = 2 * bt["W"] * bt["MR"] * bt["NV"]
+    one = struct.unpack("<I", struct.pack("<f", 1.0))[0]
+    out = np.zeros(t, np.float32)
+
+    def run(iters):
+        t0 = time.perf_counter()
+        nat.fma_peak((iters, t, one, one, out.ctypes.data))
+        return time.perf_counter() - t0
+
+    iters = 100_000
+    while True:  # calibrate: a run of about `seconds`
+        dt = run(iters)
+        if dt >= seconds / 4 or iters >= 1 << 40:
+            break
+        iters *= 4
+    iters = max(1, int(iters * seconds / max(dt, 1e-9)))
+    rates = [flops_round * iters * t / run(iters) / 1e9 for _ in range(runs)]
+    best = max(rates)
+    return {"gflops": best, "tasks": t, "per_task_gflops": best / t, "runs_gflops": rates}
+
+
 def _category(name: str) -> str:
     if name in PRODUCTS:
         return "products"
@@ -106,15 +145,21 @@ def breakdown(call) -> dict:
             "kernels": {k: tuple(v) for k, v in rec["by_name"].items()}, "products": prods}
 
 
-def report(title: str, b: dict, top: int = 8) -> str:
+def report(title: str, b: dict, top: int = 8, peak_gflops=None) -> str:
+    """The breakdown as text; with ``peak_gflops`` (fma_peak's) each product shape also
+    gets its share of this CPU build's FMA peak."""
     lines = [f"{title}: {b['wall_s'] * 1e3:.1f} ms"]
     for cat, s in sorted(b["categories"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  {cat:<22} {s * 1e3:9.1f} ms  {100 * s / b['wall_s']:5.1f}%")
     if b["products"]:
-        lines.append("  products by shape (m x n x k): ms, calls, GFLOP/s")
+        head = "  products by shape (m x n x k): ms, calls, GFLOP/s"
+        lines.append(head + (", % of the FMA peak" if peak_gflops else ""))
         for name, m, n, k, s, c, g in b["products"][:top]:
-            lines.append(f"    {name:<14} {m:>5} x {n:>6} x {k:>5}  {s * 1e3:8.1f} ms  "
-                         f"{c:>5}  {g:7.1f}")
+            row = (f"    {name:<14} {m:>5} x {n:>6} x {k:>5}  {s * 1e3:8.1f} ms  "
+                   f"{c:>5}  {g:7.1f}")
+            if peak_gflops:
+                row += f"  {100 * g / peak_gflops:5.1f}%"
+            lines.append(row)
     return "\n".join(lines)
 
 
@@ -177,23 +222,32 @@ def main(argv=None) -> int:
     ap.add_argument("--decode", type=int, default=32, help="greedy tokens after a 32-token "
                     "prompt (default 32; 0: none)")
     ap.add_argument("--profile", default=None, help="numeric_profile (default: the model's)")
+    ap.add_argument("--reps", type=int, default=3, help="--torch: interleaved timed runs of "
+                    "each side (default 3; medians)")
     ap.add_argument("--torch", action="store_true", help="also transformers' forward: torch's "
                     "own profile, and inside mojolearn.torch.identical()")
     a = ap.parse_args(argv)
+    if a.reps < 1:
+        ap.error(f"--reps must be at least 1 (got {a.reps})")
     import numpy as np
 
     from ..models import CausalLM
 
+    from .._core.cpu import cpu_isa
+
     lm = CausalLM.load(a.model, numeric_profile=a.profile)
     v = lm.config.vocab_size
     ids = (np.arange(a.tokens, dtype=np.int64)[None, :] * 7919) % v
+    pk = fma_peak()
+    print(f"FMA peak of this CPU build ({cpu_isa()}), measured: {pk['gflops']:.1f} GFLOP/s on "
+          f"{pk['tasks']} threads ({pk['per_task_gflops']:.1f} a thread)")
     lm.forward(ids[:, :8])  # warm: packing workspaces, first calls
     print(report(f"CausalLM.forward, prefill {a.tokens} ({lm.numeric_profile})",
-                 breakdown(lambda: lm.forward(ids))))
+                 breakdown(lambda: lm.forward(ids)), peak_gflops=pk["gflops"]))
     if a.decode:
         p = ids[:, :32]
         print(report(f"CausalLM.generate, {a.decode} tokens after 32",
-                     breakdown(lambda: lm.generate(p, a.decode))))
+                     breakdown(lambda: lm.generate(p, a.decode)), peak_gflops=pk["gflops"]))
     if a.torch:
         import os
         import tempfile
@@ -208,30 +262,41 @@ def main(argv=None) -> int:
             from hf_export import export_hf
 
             path = export_hf(a.model, tempfile.mkdtemp(prefix="mojolearn-profile-"))
-        hf = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         tids = torch.from_numpy(ids)
 
         def fwd():
             with torch.no_grad():
                 return hf(tids).logits
 
-        fwd()
-        t0 = time.perf_counter()
-        fwd()
-        plain = time.perf_counter() - t0
-        print(f"transformers forward, prefill {a.tokens}: {plain * 1e3:.1f} ms; torch's profile:")
-        print(torch_profile(fwd))
         import mojolearn.torch as mtorch
 
-        with mtorch.identical():
-            fwd()
-            with timed_torch_mode() as rec:
-                t0 = time.perf_counter()
+        def timed(f):
+            t0 = time.perf_counter()
+            f()
+            return time.perf_counter() - t0
+
+        def on():
+            with mtorch.identical():
                 fwd()
-                wall = time.perf_counter() - t0
+
+        fwd()
+        on()  # warm both
+        plain, mode = [], []
+        for _ in range(a.reps):  # interleaved: a busy host slows both sides alike
+            plain.append(timed(fwd))
+            mode.append(timed(on))
+        med = lambda xs: sorted(xs)[len(xs) // 2]
+        print(f"transformers forward, prefill {a.tokens}: {med(plain) * 1e3:.1f} ms (median of "
+              f"{a.reps}); torch's profile:")
+        print(torch_profile(fwd))
+        with mtorch.identical():
+            with timed_torch_mode() as rec:
+                wall = timed(fwd)
         rest = max(0.0, wall - rec["products"] - rec["kernels"])
-        print(f"inside mojolearn.torch.identical(): {wall * 1e3:.1f} ms "
-              f"({wall / plain:.2f}x torch alone): products {rec['products'] * 1e3:.1f} ms, "
+        print(f"inside mojolearn.torch.identical(): {med(mode) * 1e3:.1f} ms (median of {a.reps}; "
+              f"torch alone / mode = {med(plain) / med(mode):.2f}x, > 1: the mode faster)")
+        print(f"  one timed run, {wall * 1e3:.1f} ms: products {rec['products'] * 1e3:.1f} ms, "
               f"the mode's kernels {rec['kernels'] * 1e3:.1f} ms, torch's ops, dispatch and "
               f"copies {rest * 1e3:.1f} ms")
         by = sorted(rec["by_kernel"].items(), key=lambda kv: -kv[1])
@@ -239,4 +304,4 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["breakdown", "report", "timed_kernels", "torch_profile", "timed_torch_mode", "main"]
+__all__ = ["fma_peak", "breakdown", "report", "timed_kernels", "torch_profile", "timed_torch_mode", "main"]
