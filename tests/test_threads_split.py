@@ -115,3 +115,81 @@ def test_split_all_refuses_other_values():
         r = _child({"MOJOLEARN_SPLIT_ALL": bad}, threads)
         assert r.returncode != 0
         assert "MOJOLEARN_SPLIT_ALL" in r.stderr and "is not 0 or 1" in r.stderr, r.stderr[-2000:]
+
+
+MODE_CHILD = textwrap.dedent("""
+    import hashlib, json
+    import numpy as np
+    import torch
+    import mojolearn
+    import mojolearn.torch as mt
+    from mojolearn import linalg
+    from mojolearn._core import threads as _threads
+    from mojolearn._core.loader import cpu_native
+    from mojolearn._torch import mode as M
+
+    mojolearn.set_num_threads(2)
+    mod = cpu_native()
+    seen = []
+    real = mod.gemm_f32
+    def spy(args):
+        seen.append((int(args[3]), int(args[4]), int(args[5]), int(args[11])))
+        return real(args)
+    mod.gemm_f32 = spy
+    rng = np.random.default_rng(9)
+    small = torch.from_numpy(rng.standard_normal((576, 576)).astype(np.float32))
+    big = torch.from_numpy(rng.standard_normal((2048, 1024)).astype(np.float32))
+    x = torch.from_numpy(rng.standard_normal((1, 1024)).astype(np.float32))
+    out, h = {}, {}
+    def run(tag, mode):
+        seen.clear()
+        if mode:   # torch's own calls, served by the mode
+            r = [(x[:, :576] @ small.T).numpy(), (x @ big.T).numpy()]
+        else:
+            xn = x.numpy()
+            r = [np.asarray(linalg.matmul(xn[:, :576], small.numpy(), transpose_b=True)),
+                 np.asarray(linalg.matmul(xn, big.numpy(), transpose_b=True))]
+        out[tag] = list(seen)
+        h[tag] = hashlib.sha256(b"".join(a.tobytes() for a in r)).hexdigest()
+    run("before", False)
+    with mt.identical():
+        out["floor_on"] = _threads.decode_split_floor()
+        run("on", True)
+        run("on_linalg", False)
+    out["floor_after"] = _threads.decode_split_floor()
+    mt.enable()
+    _threads.decode_split_floor(7)   # the user's own choice while the mode is on is kept
+    mt.disable()
+    out["kept"] = _threads.decode_split_floor()
+    try:
+        _threads.decode_split_floor(-1)
+    except ValueError as e:
+        out["refused"] = str(e)
+    out["DECODE_SPLIT_FLOOR"] = M.DECODE_SPLIT_FLOOR
+    out["same_bits"] = h["before"] == h["on"] == h["on_linalg"]
+    print(json.dumps(out))
+""")
+
+
+def test_torch_mode_runs_small_decode_products_as_one_task():
+    """While the torch mode is on, decode-shape products under its floor run as one task
+    (torch's ops between them let the workers fall asleep); larger ones and every
+    product outside the mode are split over the 2 tasks; the floor found comes back when
+    the mode goes off (unless set meanwhile); the bits do not change."""
+    import pytest
+
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k != "MOJOLEARN_SPLIT_ALL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    r = subprocess.run([sys.executable, "-c", MODE_CHILD], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    floor = got["DECODE_SPLIT_FLOOR"]
+    assert 576 * 576 < floor < 2048 * 1024
+    assert got["before"] == [[1, 576, 576, 2], [1, 2048, 1024, 2]]
+    assert got["on"] == got["on_linalg"] == [[1, 576, 576, 1], [1, 2048, 1024, 2]]
+    assert got["floor_on"] == floor and got["floor_after"] == 0 and got["kept"] == 7
+    assert "mojolearn: decode_split_floor" in got["refused"]
+    assert got["same_bits"]

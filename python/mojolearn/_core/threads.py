@@ -159,8 +159,35 @@ def gemm_tasks(kind: str, m: int, n: int, k: int, products: int = 1) -> int:
         table = blocking()
         _decode_rows = {kd: table[key] for kd, key in _ROWS_KEY.items()}
     if m <= _decode_rows[kind]:
+        if kind == "fp32" and _rows_floor:
+            return max(1, min(t, m * n * k // _rows_floor))
         return t
     return max(1, min(t, m * n * k * products // MIN_TASK_MACS[kind]))
+
+
+# The fp32 decode path splits every product over all the tasks by default: in a decode
+# loop (CausalLM.generate) the calls follow each other within microseconds, the
+# runtime's workers are still awake, and the split pays (SmolLM2-135M greedy decode on a
+# 2-core AMD Zen 5 VM: 22.5 ms a token split, 31.0 with products under 1 M multiply-adds
+# as one task; v4 build 21.9 against 26.8). A caller whose products arrive between other
+# work lets the workers fall asleep, and waking them cost 0.1-0.9 ms a call there, more
+# than a 1 x 576 x 1536 product takes on one core (about 0.14 ms): the torch mode sets a
+# floor with decode_split_floor while it is on (transformers' greedy decode of the same
+# model inside it: 160 -> 129 ms a token, v4 137 -> 111). Never changes a bit.
+_rows_floor = 0
+
+
+def decode_split_floor(macs=None) -> int:
+    """The multiply-adds (m * n * k) under which an fp32 product on the decode path
+    runs as one task (0, the default: every such product is split). With ``macs``, sets
+    it (an int >= 0); returns the value it had."""
+    global _rows_floor
+    prev = _rows_floor
+    if macs is not None:
+        if isinstance(macs, bool) or not isinstance(macs, int) or macs < 0:
+            raise ValueError(f"mojolearn: decode_split_floor: macs must be an int >= 0, got {macs!r}")
+        _rows_floor = macs
+    return prev
 
 
 def _after_fork_in_child():

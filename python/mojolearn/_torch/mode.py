@@ -12,6 +12,7 @@ import torch as _torch
 from .. import linalg as _linalg
 from .._core.loader import cpu_native as _native  # the nn_* entries are the CPU build's
 from .._core.threads import tasks as _threads
+from .._core.threads import decode_split_floor as _split_floor
 
 __all__ = ["identical", "enable", "disable", "is_enabled", "COVERED", "REFUSED",
            "ELEMENTWISE_COVERED", "calls", "gpu_covered", "numeric_mode"]
@@ -37,6 +38,9 @@ _orig: dict = {}     # (op, dispatch key) -> torch's own kernel
 _on = False          # the mode is on: every registered kernel reads this first
 _explicit = [False, None]  # enable() in force, and the numeric mode it was given
 _blocks: dict = {}   # thread id -> the numeric modes of its open identical() blocks
+# the multiply-adds under which a decode-shape product runs as one task while the mode
+# is on (see _update and _core/threads.py's decode_split_floor)
+DECODE_SPLIT_FLOOR = 1 << 20
 _saved: dict = {}    # what switching on changed: the SDP flags, the compiler's stance
 _calls = {"mojolearn": 0, "fallthrough": 0}
 
@@ -670,7 +674,11 @@ def _update():
         # SmolLM2-135M on 2 cores ran 1.2-1.4x slower with them spinning)
         threads = _torch.get_num_threads()
         _torch.set_num_threads(1)
-        _saved.update(flags=flags, stance=stance, threads=threads)
+        # torch's ops between the products let the kernels' workers fall asleep: the
+        # small decode-shape products run as one task instead of waking them
+        # (_core/threads.py, decode_split_floor)
+        floor = _split_floor(DECODE_SPLIT_FLOOR)
+        _saved.update(flags=flags, stance=stance, threads=threads, floor=floor)
     # one thread's blocks: its innermost; several threads': all the same mode (_admit)
     _mode[0] = next(iter(_blocks.values()))[-1] if _blocks else _explicit[1]
     if _on and not on:
@@ -680,6 +688,9 @@ def _update():
         threads = _saved.pop("threads")
         if _torch.get_num_threads() == 1:   # unless changed while the mode was on
             _torch.set_num_threads(threads)
+        floor = _saved.pop("floor")
+        if _split_floor() == DECODE_SPLIT_FLOOR:  # likewise
+            _split_floor(floor)
     _on = on
 
 
