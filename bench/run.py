@@ -185,8 +185,9 @@ class Bench:
                          for k, v in res.items() if k != ours}
         if flops:
             row["gflops"] = {k: flops / v[0] / 1e9 for k, v in res.items()}
-            if self.peak:
-                # against this CPU build's FMA peak (measured at the start of the run)
+            if self.peak and profile in FLOAT_FMA_PROFILES:
+                # against this CPU build's float32 FMA peak (measured at the start of the
+                # run); the integer profiles run other instructions, so they get none
                 row["pct_fma_peak"] = {k: 100 * g / self.peak for k, g in row["gflops"].items()}
         if check is not None:
             row["check"] = check()
@@ -206,6 +207,11 @@ class Bench:
             msg += f"  {row['ratio']:.2f}x vs {peer} (fastest reps {row['ratios'][peer]['best']:.2f}x)"
         print(msg, flush=True)
         return row
+
+
+# the profiles whose products are float32 FMAs (bf16f32.v1 widens its operands exactly
+# and runs the fp32.v1 kernels): their rows are also given as a share of the FMA peak
+FLOAT_FMA_PROFILES = ("fp32.v1", "bf16f32.v1")
 
 
 def main(argv=None):
@@ -428,8 +434,8 @@ def main(argv=None):
         "fma_peak": {"gflops": round(peak["gflops"], 2), "tasks": peak["tasks"],
                      "runs_gflops": [round(r, 2) for r in peak["runs_gflops"]],
                      "what": "the fp32.v1 micro-kernel's FMAs on its register tile, no memory "
-                             "operand (gemm/cpu/peak.mojo); best of the runs; rows with a "
-                             "flop count give pct_fma_peak against it"},
+                             "operand (gemm/cpu/peak.mojo); best of the runs; fp32.v1 and "
+                             "bf16f32.v1 rows give pct_fma_peak against it"},
         "cases": B.rows,
         # the whole run, from the start of main to the results (model loading included):
         # the next run's estimate on this box (bench/estimate.py)

@@ -108,7 +108,9 @@ def test_fma_peak_measures_and_refuses_bad_arguments():
 
 def test_report_gives_each_shape_its_share_of_the_peak():
     b = {"wall_s": 1.0, "categories": {"products": 0.5, "Python and copies": 0.5},
-         "kernels": {}, "products": [("gemm_prepared", 4, 8, 16, 0.5, 1, 50.0)]}
+         "kernels": {}, "products": [("gemm_prepared", 4, 8, 16, 0.5, 1, 50.0),
+                                      ("gemm_int15", 4, 8, 16, 0.5, 1, 60.0)]}
     assert "% of the FMA peak" not in P.report("t", b)
-    text = P.report("t", b, peak_gflops=200.0)
-    assert "% of the FMA peak" in text and " 25.0%" in text.splitlines()[-1]
+    text = P.report("t", b, peak_gflops=200.0).splitlines()
+    assert "% of the FMA peak" in text[-3] and text[-2].endswith(" 25.0%")
+    assert text[-1].endswith("60.0")  # an integer product: no share of the float peak

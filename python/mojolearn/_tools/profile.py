@@ -18,6 +18,7 @@ import sys
 import time
 
 PRODUCTS = {"gemm_prepared", "gemm_int15", "gemm_nt", "quantize15"}
+FLOAT_PRODUCTS = {"gemm_prepared", "gemm_nt"}  # float32 FMAs: measured against the FMA peak
 ATTENTION = {"attention"}
 SCANS = {"mamba1_scan", "mamba2_ssd"}
 ELEMENTWISE = {"rmsnorm", "rope", "silu_mul", "add", "gather", "gather_panels",
@@ -147,7 +148,8 @@ def breakdown(call) -> dict:
 
 def report(title: str, b: dict, top: int = 8, peak_gflops=None) -> str:
     """The breakdown as text; with ``peak_gflops`` (fma_peak's) each product shape also
-    gets its share of this CPU build's FMA peak."""
+    gets its share of this CPU build's FMA peak (the float32 products only: the int15
+    products of fixed15_v1 run integer instructions)."""
     lines = [f"{title}: {b['wall_s'] * 1e3:.1f} ms"]
     for cat, s in sorted(b["categories"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  {cat:<22} {s * 1e3:9.1f} ms  {100 * s / b['wall_s']:5.1f}%")
@@ -157,7 +159,7 @@ def report(title: str, b: dict, top: int = 8, peak_gflops=None) -> str:
         for name, m, n, k, s, c, g in b["products"][:top]:
             row = (f"    {name:<14} {m:>5} x {n:>6} x {k:>5}  {s * 1e3:8.1f} ms  "
                    f"{c:>5}  {g:7.1f}")
-            if peak_gflops:
+            if peak_gflops and name in FLOAT_PRODUCTS:
                 row += f"  {100 * g / peak_gflops:5.1f}%"
             lines.append(row)
     return "\n".join(lines)
