@@ -31,7 +31,3 @@ def fma_rounds(iters: Int, x: Float32, y: Float32) -> Float32:
         s += acc[q]
     return s.reduce_add()
 
-
-def fma_flops_per_round() -> Int:
-    """Floating-point operations of one round of fma_rounds (an FMA counts two)."""
-    return 2 * W * PEAK_ACC
