@@ -2,7 +2,8 @@
 
 Each task runs `iters` rounds of the fp32.v1 micro-kernel's instruction at its
 register tile's size: MR * NV independent accumulators of W lanes, one vector fused
-multiply-add each per round (acc = fma(acc, x, y)), with no memory operand, so the
+multiply-add each per round (arith.tree.chain_step_daz, the step the micro-kernel
+runs: acc = fma(x, y, acc)), with no memory operand, so the
 only limit is how many FMAs the core retires per cycle. x and y come from the caller
 at run time (the compiler can fold neither the multiply nor the add away), and every
 accumulator reaches the returned checksum (no round can be dropped). With x = y = 1
@@ -11,7 +12,7 @@ tests check; the timing runs use the same values (no subnormal, no infinity: the
 count stops growing at 2**24 and the FMAs keep their cost).
 """
 from std.collections import Array
-from std.math import fma
+from arith.tree import chain_step_daz
 from gemm.cpu.blocking import MR, NV, W
 
 comptime PEAK_ACC = MR * NV  # the micro-kernel's accumulators (blocking.MR x NV vectors)
@@ -25,7 +26,7 @@ def fma_rounds(iters: Int, x: Float32, y: Float32) -> Float32:
     var yv = SIMD[DType.float32, W](y)
     for _ in range(iters):
         comptime for q in range(PEAK_ACC):
-            acc[q] = fma(acc[q], xv, yv)
+            acc[q] = chain_step_daz[W](xv, yv, acc[q])
     var s = SIMD[DType.float32, W](0)
     comptime for q in range(PEAK_ACC):
         s += acc[q]
