@@ -2,8 +2,9 @@
 
 Each task runs `iters` rounds of the fp32.v1 micro-kernel's instruction at its
 register tile's size: MR * NV independent accumulators of W lanes, one vector fused
-multiply-add each per round (arith.tree.chain_step_daz, the step the micro-kernel
-runs: acc = fma(x, y, acc)), with no memory operand, so the
+multiply-add each per round (arith.tree.chain_step_daz, the micro-kernel's
+step, here as acc = fma(acc, x, y): the accumulator is the multiplicand, so its chain
+still carries the dependency), with no memory operand, so the
 only limit is how many FMAs the core retires per cycle. x and y come from the caller
 at run time (the compiler can fold neither the multiply nor the add away), and every
 accumulator reaches the returned checksum (no round can be dropped). With x = y = 1
@@ -26,7 +27,7 @@ def fma_rounds(iters: Int, x: Float32, y: Float32) -> Float32:
     var yv = SIMD[DType.float32, W](y)
     for _ in range(iters):
         comptime for q in range(PEAK_ACC):
-            acc[q] = chain_step_daz[W](xv, yv, acc[q])
+            acc[q] = chain_step_daz[W](acc[q], xv, yv)
     var s = SIMD[DType.float32, W](0)
     comptime for q in range(PEAK_ACC):
         s += acc[q]
