@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import mamba1_train_oracle as MO
 import mamba_oracle as SO
+from every_build import outputs_of_every_build
 from mojolearn import training
 from mojolearn._train import kernels as TK
 from mojolearn.models import CausalLM
 
 pytestmark = pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfileSpeedWarning")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNTIED = dict(model_type="mamba", vocab_size=67, hidden_size=48, num_hidden_layers=2,
               state_size=16, expand=2, conv_kernel=4, tie_word_embeddings=False)
 # di = 160 > 128: the folds over the channels (T-69) take two leaves
@@ -483,19 +481,7 @@ print(h.hexdigest()[:16])
 def test_T74_every_cpu_build_gives_the_same_steps(models):
     """T-74, T-59 (identity): 5 AdamW steps with clipping give the same losses and weights
     on every CPU build this CPU runs (MOJOLEARN_ISA forces each, in its own process)."""
-    from mojolearn._core import cpu as _cpu
-
-    builds = _cpu.runnable()
-    if len(builds) < 2:
-        pytest.skip(f"this CPU runs one build only ({builds[0]}): no second build to compare")
-    outs = {}
-    for name in builds:
-        env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(ROOT, "python"))
-        env.pop("MOJOLEARN_NATIVE", None)
-        r = subprocess.run([sys.executable, "-c", _ISA_CHILD, models["tied"]], env=env,
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs[name] = r.stdout.strip()
+    outs = outputs_of_every_build(_ISA_CHILD, models["tied"])
     assert len(set(outs.values())) == 1, outs
 
 

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfi
 
 import mamba2_train_oracle as OR
 import mamba_oracle as MO
+from every_build import outputs_of_every_build
 
 P, N = 64, 128
 
@@ -486,18 +487,5 @@ def test_T86_trainer_every_cpu_build_gives_the_same_steps(models):
     """T-86, T-59 (identity): 3 AdamW steps with clipping of the clamped Mamba-2 model give
     the same losses and weights on every CPU build this CPU runs (each in its own
     process, MOJOLEARN_ISA forcing it)."""
-    from mojolearn._core import cpu as _cpu
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    builds = _cpu.runnable()
-    if len(builds) < 2:
-        pytest.skip(f"this CPU runs one build only ({builds[0]}): no second build to compare")
-    outs = {}
-    for name in builds:
-        env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(root, "python"))
-        env.pop("MOJOLEARN_NATIVE", None)
-        r = subprocess.run([sys.executable, "-c", _TRAINER_ISA_CHILD, models["tied"]], env=env,
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs[name] = r.stdout.strip()
+    outs = outputs_of_every_build(_TRAINER_ISA_CHILD, models["tied"])
     assert len(set(outs.values())) == 1, outs

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from every_build import outputs_of_every_build
 from mojolearn import training
 from mojolearn.models import CausalLM
 
@@ -324,19 +325,7 @@ def test_T59_every_cpu_build_gives_the_same_steps(models, arch):
     """T-59 (identity), T-62: 20 AdamW steps with a warmup-cosine schedule and clipping give
     the same losses and weights on every CPU build this CPU runs (MOJOLEARN_ISA forces
     each, in its own process); qwen3 with its per-head norms too."""
-    from mojolearn._core import cpu as _cpu
-
-    builds = _cpu.runnable()
-    if len(builds) < 2:
-        pytest.skip(f"this CPU runs one build only ({builds[0]}): no second build to compare")
-    outs = {}
-    for name in builds:
-        env = dict(os.environ, MOJOLEARN_ISA=name, PYTHONPATH=os.path.join(ROOT, "python"))
-        env.pop("MOJOLEARN_NATIVE", None)
-        r = subprocess.run([sys.executable, "-c", _ISA_CHILD, models[arch]], env=env,
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs[name] = r.stdout.strip()
+    outs = outputs_of_every_build(_ISA_CHILD, models[arch])
     assert len(set(outs.values())) == 1, outs
 
 
@@ -426,8 +415,8 @@ def test_T60_trained_model_runs_and_saves(models, tmp_path, arch):
 def test_T60_smollm2_fine_tune_lowers_the_loss_and_saves(tmp_path_factory):
     """T-60, T-47 .. T-57: SmolLM2-135M (the GGUF dequantized, written as a Hugging Face
     folder): gradients of a 64-token text within 2.5e-4 (normwise) of torch autograd in
-    float64 on a sample of tensors; 30 AdamW steps with clipping on 128-token windows of a real text lower the
-    held-out loss; save_model's folder loads in transformers and in CausalLM with the
+    float64 on a sample of tensors; 30 AdamW steps with clipping on 128-token windows of
+    a real text lower the held-out loss; save_model's folder loads in transformers and in CausalLM with the
     trainer's logits."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -449,10 +438,9 @@ def test_T60_smollm2_fine_tune_lowers_the_loss_and_saves(tmp_path_factory):
     # The reference is torch in float64, not float32: torch's float32 gradients depend on
     # its CPU kernels (these same bits, equal on both CPUs, passed a 1e-4 bound against
     # torch float32 on an AMD Zen 5 and failed it at 1.5e-4 on a Zen 2), float64's
-    # hardly depend on anything. Measured
-    # here: 3.0e-5, 4.0e-5, 6.3e-5, 1.5e-4, 1.9e-4 for the five tensors below (torch
-    # float32 on the Zen 2: 2.7e-6 .. 8.0e-6), the same on every CPU (fixed bits against
-    # a fixed reference)
+    # hardly depend on anything. Measured on the Zen 2: 3.0e-5, 4.0e-5, 6.3e-5, 1.5e-4,
+    # 1.9e-4 for the five tensors below (torch float32 there: 2.7e-6 .. 8.0e-6); fixed
+    # bits against a fixed reference give the same errors on every CPU
     _loss, tg = _torch_grads(path, ids, torch.float64)
     for n in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
               "model.layers.15.mlp.down_proj.weight", "model.layers.29.input_layernorm.weight",

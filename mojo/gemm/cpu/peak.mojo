@@ -2,10 +2,10 @@
 
 Each task runs `iters` rounds of the fp32.v1 micro-kernel's instruction at its
 register tile's size: MR * NV independent accumulators of W lanes, one vector fused
-multiply-add each per round (arith.tree.chain_step_daz, the micro-kernel's
-step, here as acc = fma(acc, x, y): the accumulator is the multiplicand, so its chain
-still carries the dependency), with no memory operand, so the
-only limit is how many FMAs the core retires per cycle. x and y come from the caller
+multiply-add each per round (arith.tree.chain_step_daz, the micro-kernel's step, here
+as acc = fma(acc, x, y): the accumulator is the multiplicand, so its chain still
+carries the dependency), with no memory operand, so the only limit is how many FMAs
+the core retires per cycle. x and y come from the caller
 at run time (the compiler can fold neither the multiply nor the add away), and every
 accumulator reaches the returned checksum (no round can be dropped). With x = y = 1
 each lane counts its rounds exactly while they stay below 2**24, which is what the
