@@ -205,20 +205,20 @@ def attention(q, k, v, pos0, profile, head_dim):
     qpos = pos0 + np.arange(L)
     mask = np.where(np.arange(T)[None, :] <= qpos[:, None], F(0), NEG_FLT_MAX).astype(np.float32)
     s = add(s, mask)
-    out = np.empty((L, head_dim), dtype=np.float32)
+    # every row's own chain, all rows a step at a time: key j's step of every row is one
+    # numpy operation on the L rows (each output still sums its keys in ascending order)
+    mx = np.empty(L, dtype=np.float32)
     for i in range(L):
-        row = s[i]
-        mx = QNAN if np.isnan(row).any() else F(np.max(row))
-        e = expf(add(row, -mx))
-        den = F(0)
-        for j in range(T):
-            den = add(den, e[j])
-        w = div(e, den)
-        acc = np.zeros(head_dim, dtype=np.float32)
-        for j in range(T):
-            acc = fma(np.full(head_dim, w[j], dtype=np.float32), v[j], acc)
-        out[i] = acc
-    return out
+        mx[i] = QNAN if np.isnan(s[i]).any() else F(np.max(s[i]))
+    e = expf(add(s, -mx[:, None]))
+    den = np.zeros(L, dtype=np.float32)
+    for j in range(T):
+        den = add(den, e[:, j])
+    w = div(e, den[:, None])
+    acc = np.zeros((L, head_dim), dtype=np.float32)
+    for j in range(T):
+        acc = fma(w[:, j:j + 1], v[j][None, :], acc)
+    return acc
 
 
 def silu_mul(g, u):
