@@ -58,7 +58,9 @@ FP32_THREAD_SHAPES = [(1, 300, 70), (2, 1000, 530), (4, 2049, 40), (3, 129, 33),
 @pytest.mark.parametrize("m,k,n", FP32_THREAD_SHAPES, ids=str)
 def test_fp32_thread_counts(threads, m, k, n):
     """6.5: matmul gives the oracle's bits with 1, 2, 3 and 7 threads in NN, NT and TN
-    (m <= 4 splits the leaf tree between two tasks; large m splits rows or columns)."""
+    (m <= 4: NN splits the leaf tree at its root between two tasks where its two
+    subtrees have as many leaves (k = 1000, 129 here), else the columns, as NT always
+    does; large m splits rows or columns)."""
     r = rng(m * 1000 + k)
     a, b = normal(r, m, k), normal(r, k, n)
     exp = O.gemm_fp32_v1(a, b)
