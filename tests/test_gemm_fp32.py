@@ -127,6 +127,37 @@ def test_random_large_k(m, k, n):
         check_all_layouts(a, b, "large k", exp=exp)
 
 
+@pytest.mark.parametrize("k,n", [(256, 32), (1024, 100), (1536, 64), (4096, 33), (139264, 32)],
+                         ids=lambda v: str(v))
+def test_decode_nt_rows_on_the_l1_set_period(k, n):
+    """6.1 6.3 6.4 6.5: one row against B stored (n, k) with k a multiple of 256 (rows
+    4k bytes apart, a multiple of 1 KiB: the decode rows' NT leaf that reads the stored
+    B a cache line of a column group at a time, mojo/gemm/cpu/rows_f32.mojo) gives the
+    oracle's bits with 1 and 2 threads: full chunks of columns and a short one, and
+    k = 139264 (L = 136: every leaf ends on a half line), with subnormal, zero, huge and
+    NaN entries."""
+    import mojolearn
+
+    r = np.random.default_rng(k + n)
+    x = r.standard_normal((1, k)).astype(F32)
+    bt = r.standard_normal((n, k)).astype(F32)
+    x[0, ::7] = F32(1e-39)
+    x[0, 1::13] = F32(-0.0)
+    bt[:, 3::11] = F32(-1e-40)
+    x[0, 5] = F32(2.0)
+    bt[1, 5] = F32(3e38)       # 6e38: inf in column 1 only
+    bt[2, 0] = np.nan          # column 2 is NaN
+    bt[n - 1] = 0.0            # the last column: signed zeros only
+    exp = oracle(x, bt.T)
+    prev = mojolearn.get_num_threads()
+    try:
+        for t in (1, 2):
+            mojolearn.set_num_threads(t)
+            assert_same_bits(linalg.matmul(x, bt, transpose_b=True), exp, f"k={k} n={n} threads={t}")
+    finally:
+        mojolearn.set_num_threads(prev)
+
+
 def test_blocked_path_column_chunks_large_k():
     """6.4 6.5: m > MC, SMALL_M with k = 131073: the blocked path packs B in 32-column
     chunks at this k, so n = 70 crosses chunk boundaries (sampled rows vs the oracle)."""

@@ -89,6 +89,31 @@ def _transpose_chunk(g: GemmArgs, j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Pt
 
 
 comptime NTGW = TCHUNK // W  # column groups of W lanes in one NT chunk
+comptime NT_PF = 192  # k-steps ahead the AVX2 NT leaf prefetches each row
+
+
+@always_inline
+def _nt_group_blocks[R: Int, NB: Int](
+    g: GemmArgs, s: F32Ptr, ap: F32Ptr, i_lo: Int, j0: Int, kk0: Int, acc: F32Ptr, stride: Int
+):
+    """NB blocks of W k-steps from kk0 (ascending) of the W columns [j0, j0 + W) of the
+    NT layout: each W x W block of the stored B transposed in registers, then one
+    chain_step_daz per k-step into every row's chain, which starts from and returns
+    to acc[i * stride]."""
+    var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
+    var a = Array[SIMD[DType.float32, W], ROWS_MAX](fill=SIMD[DType.float32, W](0))
+    comptime for i in range(R):
+        a[i] = acc.unsafe_load[width=W](i * stride)
+    comptime for h in range(NB):
+        comptime for r in range(W):
+            blk[r] = s.unsafe_load[width=W]((j0 + r) * g.k + kk0 + h * W)
+        transpose_sq[DType.float32, W](blk)
+        comptime for i in range(R):
+            var av = ap.unsafe_load[width=W]((i_lo + i) * g.k + kk0 + h * W)
+            comptime for t in range(W):
+                a[i] = chain_step_daz[W](SIMD[DType.float32, W](av[t]), blk[t], a[i])
+    comptime for i in range(R):
+        acc.unsafe_store(i * stride, a[i])
 
 
 def _leaf_nt_fused[R: Int](
@@ -106,6 +131,33 @@ def _leaf_nt_fused[R: Int](
     var avec = Array[SIMD[DType.float32, W], ROWS_MAX](fill=SIMD[DType.float32, W](0))
     var ap = F32Ptr(unsafe_from_address=g.a)
     var kb = 0
+    comptime if W == 8:
+        if g.k % 256 == 0:
+            # AVX2 (the caller takes this path with one row), rows of the stored B 4k bytes
+            # apart with 4k a multiple of 1 KiB: the TCHUNK rows of a chunk then fall in at
+            # most 4 of the 64 L1 sets (x86's 4 KiB set period), 8 or more lines a set, and
+            # the interleaved form below, which reads each line in two halves NTGW groups
+            # apart, saw it evicted in between. Here: one column group at a time, two blocks
+            # of W k-steps (a whole line of each of its W rows) per visit, the group's chain
+            # waiting in acc_out (cleared by the caller) between visits, its rows prefetched
+            # NT_PF k-steps ahead. On a 2-core AMD EPYC Zen 2 (2 threads), 1 x 4096 x k:
+            # k = 1024 1.2 -> 0.55 ms, 1536 1.5 -> 0.8-0.9, 2048 2.8-2.9 -> 1.8, 3072 4.1
+            # -> 2.3-2.5, 4096 5.8-5.9 -> 3.6-3.7. Other k keep the interleaved form: with
+            # k = 576 and B streaming from memory (n = 16384, 49152) this one was 5-15%
+            # slower
+            while kb + 2 * W <= lk:
+                for gb in range(NTGW):
+                    comptime for r in range(W):
+                        prefetch(s.unsafe_offset((jcol + gb * W + r) * g.k + k0 + kb + NT_PF))
+                    _nt_group_blocks[R, 2](g, s, ap, i_lo, jcol + gb * W, k0 + kb,
+                                           acc_out.unsafe_offset(gb * W), stride)
+                kb += 2 * W
+            while kb < lk:
+                for gb in range(NTGW):
+                    _nt_group_blocks[R, 1](g, s, ap, i_lo, jcol + gb * W, k0 + kb,
+                                           acc_out.unsafe_offset(gb * W), stride)
+                kb += W
+            return
     while kb < lk:
         # this block's W values of each A row, read once (the chains use them in order)
         comptime for i in range(R):
