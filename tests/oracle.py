@@ -138,55 +138,17 @@ def fma_f32(a, b, c):
 
     No DAZ and no flush are applied here (callers do that). Arrays broadcast.
 
-    The float64 sum s = a*b + c and its TwoSum error err (see _fma_f32_midpoints) give
-    the answer f32(s) directly unless err != 0 and s could be a float32 rounding
-    midpoint. A float32 midpoint carries at most 25 significant bits (one past the 24 of
-    float32; fewer for subnormal float32 spacing), so its float64 significand ends in 28
-    zero bits; an s whose low 28 bits are not all zero is no midpoint. Only the elements
-    that pass that filter (err != 0 and the low bits zero, or s not finite) go through
-    the full midpoint check below; the filter lets through every true midpoint, so the
-    results are that function's on every element.
-    """
-    a = np.asarray(a, dtype=np.float32)
-    b = np.asarray(b, dtype=np.float32)
-    c = np.asarray(c, dtype=np.float32)
-    with np.errstate(all="ignore"):
-        p = a.astype(np.float64) * b.astype(np.float64)  # exact (or inf/NaN)
-        c64 = c.astype(np.float64)
-        s = p + c64
-        bv = s - p
-        err = (p - (s - bv)) + (c64 - bv)
-        r = s.astype(np.float32)
-        low = np.asarray(s).view(np.uint64) & np.uint64(0x0FFFFFFF)
-        check = ((err != 0) & (low == 0)) | ~np.isfinite(s)
-    if check.any():
-        shape = r.shape
-        r = r.reshape(-1)
-        sel = check.reshape(-1)
-        r[sel] = _fma_f32_midpoints(np.broadcast_to(a, shape).reshape(-1)[sel],
-                                    np.broadcast_to(b, shape).reshape(-1)[sel],
-                                    np.broadcast_to(c, shape).reshape(-1)[sel])
-        r = r.reshape(shape)
-    return np.asarray(r)
-
-
-def _fma_f32_midpoints(a, b, c):
-    """fma_f32 on every element, the double-rounding hazard checked everywhere (fma_f32
-    sends here only the elements its filter cannot clear).
-
     Method: the product of two float32 values is exact in float64 (at most 48
     significant bits, exponent range well inside float64). The sum s = p + c in
     float64 may be inexact; TwoSum gives the exact error err with
     p + c == s + err. Every float32 rounding midpoint is a float64 value and
     float64 rounding is monotonic, so f32(s) is the correctly rounded result
     of the exact sum except when s lies EXACTLY on a float32 midpoint while
-    err != 0 (the one double-rounding hazard). That test is an exact equality:
-    r = f32(s) and its float32 neighbour on s's side bracket s, and s is the
-    midpoint iff s == (r + neighbour) / 2 in float64 (exact: both are float32
-    values; an overflowed r counts as 2**128). On the midpoint the sign of err
-    picks the side; no float64 value is nudged, so a sum one float64 ulp off
-    a midpoint is never mistaken for one (an earlier version did that and
-    rounded 48 of 20,000 constructed cases the wrong way).
+    err != 0 (the one double-rounding hazard). A float32 midpoint carries at most
+    25 significant bits (one past the 24 of float32; fewer for subnormal float32
+    spacing), so its float64 significand ends in 28 zero bits: only the elements
+    with err != 0 and those low bits zero (or s not finite) can be one, and only
+    they go through the exact check (_round_midpoints).
     """
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
@@ -194,11 +156,29 @@ def _fma_f32_midpoints(a, b, c):
     with np.errstate(all="ignore"):
         p = a.astype(np.float64) * b.astype(np.float64)  # exact (or inf/NaN)
         c64 = c.astype(np.float64)
-        s = p + c64
+        s = np.asarray(p + c64)
         # Knuth TwoSum, branch-free: p + c == s + err exactly (finite case).
         bv = s - p
-        av = s - bv
-        err = (p - av) + (c64 - bv)
+        err = np.asarray((p - (s - bv)) + (c64 - bv))
+        r = np.array(s.astype(np.float32))
+        low = s.view(np.uint64) & np.uint64(0x0FFFFFFF)
+        check = ((err != 0) & (low == 0)) | ~np.isfinite(s)
+    if check.any():
+        r[check] = _round_midpoints(s[check], err[check])
+    return r
+
+
+def _round_midpoints(s, err):
+    """f32 of the exact sum s + err (s the float64 sum, err its TwoSum error; 1-D),
+    the double-rounding hazard checked on every element. That test is an exact
+    equality: r = f32(s) and its float32 neighbour on s's side bracket s, and s is
+    the midpoint iff s == (r + neighbour) / 2 in float64 (exact: both are float32
+    values; an overflowed r counts as 2**128). On the midpoint the sign of err picks
+    the side; no float64 value is nudged, so a sum one float64 ulp off a midpoint is
+    never mistaken for one (an earlier version did that and rounded 48 of 20,000
+    constructed cases the wrong way).
+    """
+    with np.errstate(all="ignore"):
         finite = np.isfinite(s)
         r = s.astype(np.float32)
         r64 = r.astype(np.float64)
