@@ -197,9 +197,19 @@ def proj(x, w, profile):
 
 def attention(q, k, v, pos0, profile, head_dim):
     """One (batch, head): q (L, hd) rotated, k (T, hd) rotated keys, v (T, hd)."""
+    v = ftz(v)  # every operand flushed as it is loaded (the products flush q and k)
+    w = attention_weights(q, k, pos0, profile, head_dim)
+    acc = np.zeros((q.shape[0], head_dim), dtype=np.float32)
+    for j in range(k.shape[0]):
+        acc = fma(w[:, j:j + 1], v[j][None, :], acc)
+    return acc
+
+
+def attention_weights(q, k, pos0, profile, head_dim):
+    """The weights w (L, T) of one (batch, head) (M-11 .. M-14): q (L, hd) rotated
+    queries at positions pos0 .. pos0 + L - 1, k (T, hd) rotated keys."""
     L = q.shape[0]
     T = k.shape[0]
-    v = ftz(v)  # every operand flushed as it is loaded (the products flush q and k)
     s = proj(q, k, profile)  # M-11 / M-21
     s = mul(s, attn_scale(head_dim))
     qpos = pos0 + np.arange(L)
@@ -214,11 +224,7 @@ def attention(q, k, v, pos0, profile, head_dim):
     den = np.zeros(L, dtype=np.float32)
     for j in range(T):
         den = add(den, e[:, j])
-    w = div(e, den[:, None])
-    acc = np.zeros((L, head_dim), dtype=np.float32)
-    for j in range(T):
-        acc = fma(w[:, j:j + 1], v[j][None, :], acc)
-    return acc
+    return div(e, den[:, None])
 
 
 def silu_mul(g, u):

@@ -19,6 +19,8 @@ linear_forward(a, w) (T-4); linear_backward(dc, a, w) -> (da, dw) (T-5, T-6).
 rms_norm_forward(x, w, eps) (T-8 / M-4); rms_norm_backward(dy, x, w, eps) -> (dx, dw)
 (T-9 .. T-11); head_norm_backward(dy, x, w, eps, heads, variant=()) -> (dx, dw) (T-62,
 qwen3's per-head q / k norm).
+softmax_backward(w, dp, scale, variant=()) (T-49, the attention's softmax backward; the
+weights it takes are T-47's, model_oracle.attention_weights).
 bias_backward(dy, variant=()) (T-7).
 embedding_forward(weight, ids) (T-12); embedding_backward(dy, ids, vocab) (T-13).
 cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_smoothing=0.0,
@@ -47,6 +49,7 @@ VARIANTS (deliberate single-rule changes, for the sabotage tests only)
 - head_norm_backward ``variant``: "heads_desc" (T-62's chain over the heads descending),
   "flat" (one fold over the tokens x heads rows instead of the per-token join).
 - Adam ``variant``: "eps_inside" (T-31: eps inside the root).
+- softmax_backward ``variant``: "desc" (T-49's chain over the keys descending).
 
 READINGS (where the rules leave something open; see the report of the tests)
 - T-15 / T-18: the gradient formula is used as written for every eps (at eps = 0 it gives
@@ -159,6 +162,19 @@ def chain(x):
     for i in range(x.shape[-1]):
         acc = add(acc, x[..., i])
     return acc
+
+
+def softmax_backward(w, dp, scale, variant=()):
+    """T-49 over the last axis (one row per leading index): c = chain over j ascending
+    of fma(w_j, dp_j, c) from +0 (flushed at every step); ds_j = mul(mul(w_j,
+    sub(dp_j, c)), scale). Variant "desc" (sabotage only): the chain descending."""
+    w = ftz(w)
+    dp = ftz(dp)
+    c = np.zeros(w.shape[:-1], np.float32)
+    order = range(w.shape[-1] - 1, -1, -1) if "desc" in variant else range(w.shape[-1])
+    for j in order:
+        c = fma(w[..., j], dp[..., j], c)
+    return mul(mul(w, sub(dp, c[..., None])), np.float32(scale))
 
 
 # ----------------------------------------------------------------- T-4 .. T-6 linear

@@ -7,11 +7,11 @@ from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
-from common.ptr import F32Ptr, ptr_f32
-from common.tasks import chunk_bounds, run_tasks
-from transformer.cpu.attention import _srow
+from common.ptr import F32Ptr, I32Ptr, ptr_f32
+from common.tasks import chunk_bounds, run_tasks, nothing
+from transformer.cpu.attention import HG, _srow
 from train.cpu.model_ops import (
-    attn_probs_range, softmax_bwd_rows, silu_mul_bwd_rows, fold_div, rmsnorm_terms_rows,
+    attn_keys_small, attn_probs_unit, softmax_bwd_rows, silu_mul_bwd_rows, fold_div, rmsnorm_terms_rows,
     head_norm_terms_rows,
 )
 from train.cpu.ops import rms_backward_rows
@@ -30,7 +30,11 @@ def _tasks(units: Int, tasks: Int, grain: Int) -> Int:
 
 
 def train_attn_probs(args: PythonObject) raises -> PythonObject:
-    """(q, ldq, kt, p, batch, length, n_heads, n_kv, head_dim, tasks): T-47."""
+    """(q, ldq, kt, p, batch, length, n_heads, n_kv, head_dim, tasks): T-47. A unit is
+    one query of one (batch row, key/value head), all the heads that read it
+    (attn_probs_unit); task t takes units t, t + tasks, ... (the causal rows grow with
+    the query: interleaving balances the tasks). Whether each (batch row, key/value
+    head)'s keys are small is decided once, first."""
     var q = ptr_f32(_arg(args, 0))
     var ldq = _arg(args, 1)
     var kt = ptr_f32(_arg(args, 2))
@@ -40,18 +44,29 @@ def train_attn_probs(args: PythonObject) raises -> PythonObject:
     var nh = _arg(args, 6)
     var kvh = _arg(args, 7)
     var hd = _arg(args, 8)
-    var units = batch * nh * L
-    var t_count = _tasks(units, _arg(args, 9), max(1, 65536 // max(1, L * hd)))
-    var per = (_srow(L) + 64 + 15) // 16 * 16
+    var nbg = batch * kvh
+    var units = nbg * L
+    var t_count = _tasks(units, _arg(args, 9), max(1, 65536 // max(1, (nh // kvh) * L * hd)))
+    var per = (HG * _srow(L) + 64 + 15) // 16 * 16
     var ws = unsafe_alloc[Float32](per * t_count, alignment=64).unsafe_origin_cast[MutAnyOrigin]()
+    var small = unsafe_alloc[Int32](max(1, nbg)).unsafe_origin_cast[MutAnyOrigin]()
     var wsa = Int(ws)
-    def work(t: Int) {imm q, imm ldq, imm kt, imm p, imm L, imm nh, imm kvh, imm hd, imm units, imm t_count, imm per, imm wsa}:
-        var b = chunk_bounds(units, t_count, t, 1)
+    var sa = Int(small)
+    def prepare() {imm kt, imm L, imm hd, imm nbg, imm sa}:
+        var f = I32Ptr(unsafe_from_address=sa)
+        for bg in range(nbg):
+            f.unsafe_store(bg, Int32(1) if attn_keys_small(kt, L, hd, bg) else Int32(0))
+    def work(t: Int) {imm q, imm ldq, imm kt, imm p, imm L, imm nh, imm kvh, imm hd, imm units, imm t_count, imm per, imm wsa, imm sa}:
         var w = F32Ptr(unsafe_from_address=wsa).unsafe_offset(t * per)
-        attn_probs_range(q, ldq, kt, p, L, nh, kvh, hd, b[0], b[1], w)
+        var f = I32Ptr(unsafe_from_address=sa)
+        var u = t
+        while u < units:
+            attn_probs_unit(q, ldq, kt, p, L, nh, kvh, hd, f.unsafe_load(u // L) != 0, u, w)
+            u += t_count
 
-    run_tasks(work, t_count)
+    run_tasks(prepare, work, t_count, nothing)
     ws.unsafe_free()
+    small.unsafe_free()
     return PythonObject(None)
 
 

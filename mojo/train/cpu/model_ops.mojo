@@ -12,8 +12,10 @@ from arith.fp import ftz, daz_in
 from arith.elementary import mul, silu_mul_bwd, sqrt_rn
 from arith.tree import leaf_size, leaf_count, chain_step, chain_step_daz, tree_add, serial_add_daz
 from std.collections import List
+from std.collections import Array
 from transformer.cpu.attention import (
-    attn_scale, _srow, _scores_f32, _softmax_exp, _serial_sums, _softmax_div,
+    HG, attn_scale, _srow, _scores_f32, _scores_heads, _softmax_exp, _serial_sums, _softmax_div,
+    _all_small,
 )
 
 comptime W = simd_width_of[DType.float32]()
@@ -21,54 +23,131 @@ comptime F1 = SIMD[DType.float32, 1]
 comptime FW = SIMD[DType.float32, W]
 
 
-def attn_probs_range(q: F32Ptr, ldq: Int, kt: F32Ptr, p: F32Ptr, L: Int, nh: Int, kvh: Int,
-                     hd: Int, u0: Int, u1: Int, ws: F32Ptr):
-    """T-47: the attention weights of units u0 .. u1 (a unit is one (batch, head, query)
-    row), each row of L keys exactly as the forward computes it over the whole row
-    (M-11 scores by fp32.v1 over head_dim, M-6 scale, M-12 mask, M-13 softmax: the
-    same functions), stored to p (batch, nh, L, L). kt: (batch, kvh, hd, L)."""
+def attn_keys_small(kt: F32Ptr, L: Int, hd: Int, bg: Int) -> Bool:
+    """Every key of (batch, key/value head) bg (kt: (batch, kvh, hd, L)) finite with
+    |k| < 2**40: what attn_probs_unit needs (with the query row's own check) to stop a
+    row at the query's own key."""
+    return _all_small(kt.unsafe_offset(bg * hd * L), hd, L, L)
+
+
+def attn_probs_unit(q: F32Ptr, ldq: Int, kt: F32Ptr, p: F32Ptr, L: Int, nh: Int, kvh: Int,
+                    hd: Int, keys_small: Bool, u: Int, ws: F32Ptr):
+    """T-47: the attention weights of unit u, the query i = u % L of (batch, key/value
+    head) u // L, for every query head that reads that key/value head, each row of L
+    keys exactly as the forward computes it over the whole row (M-11 scores by fp32.v1
+    over head_dim, M-6 scale, M-12 mask, M-13 softmax: the forward's own functions,
+    transformer/cpu/attention.mojo), stored to p (batch, nh, L, L). kt: (batch, kvh,
+    hd, L); ws: HG score rows of _srow(L) floats.
+
+    Up to HG heads of the group at once, as the forward runs them: every key vector
+    loaded once feeds each head's chains, and the heads' serial denominators run side
+    by side; every (head, key) chain is the one the head alone computes. Masked keys
+    (past the query) weigh exactly +0 when the keys and the query rows are finite and
+    small (keys_small, and |q| < 2**40): the score is a finite |dot| < 2**100, the mask
+    makes it exactly -FLT_MAX, expf gives +0, the denominator is unchanged by +0 and
+    the weight is div(+0, den) = +0 (the forward's argument, attention.mojo). Those
+    rows are computed up to the query's own key and stored with +0 after it; any other
+    row is computed over all L keys."""
+    var i = u % L
+    var bg = u // L
+    var g = bg % kvh
+    var b = bg // kvh
     var group = nh // kvh
     var scale = attn_scale(hd)
     var nleaves = leaf_count(hd)
     var srow = _srow(L)
-    for u in range(u0, u1):
-        var i = u % L
-        var bh = u // L
-        var h = bh % nh
-        var b = bh // nh
-        var g = h // group
-        var qr = q.unsafe_offset((b * L + i) * ldq + h * hd)
-        var kb = kt.unsafe_offset((b * kvh + g) * hd * L)
-        _scores_f32(qr, kb, L, hd, nleaves, L, scale, ws, 0)
-        _softmax_exp(ws, L, i)
-        var den = _serial_sums(ws, srow, 1, L)
-        _softmax_div(ws, L, den[0])
-        var dst = p.unsafe_offset(u * L)
-        for j in range(L):
-            dst.unsafe_store(j, ws.unsafe_load(j))
+    var kb = kt.unsafe_offset(bg * hd * L)
+    var hh0 = 0
+    while hh0 < group:
+        var gn = min(HG, group - hh0)
+        var h0 = g * group + hh0
+        var q0 = q.unsafe_offset((b * L + i) * ldq + h0 * hd)
+        var n_eff = L
+        if keys_small:
+            n_eff = i + 1
+            for t in range(gn):
+                if not _all_small(q0.unsafe_offset(t * hd), hd, 1, 1):
+                    n_eff = L
+        var j_done = 0
+        if nleaves == 1:
+            if gn == 4:
+                j_done = _scores_heads[4](q0, kb, L, hd, n_eff, scale, ws, srow)
+            elif gn == 3:
+                j_done = _scores_heads[3](q0, kb, L, hd, n_eff, scale, ws, srow)
+            elif gn == 2:
+                j_done = _scores_heads[2](q0, kb, L, hd, n_eff, scale, ws, srow)
+            else:
+                j_done = _scores_heads[1](q0, kb, L, hd, n_eff, scale, ws, srow)
+        for t in range(gn):
+            _scores_f32(q0.unsafe_offset(t * hd), kb, L, hd, nleaves, n_eff, scale,
+                        ws.unsafe_offset(t * srow), j_done)
+        for t in range(gn):
+            _softmax_exp(ws.unsafe_offset(t * srow), n_eff, i)
+        var den = _serial_sums(ws, srow, gn, n_eff)
+        for t in range(gn):
+            var s = ws.unsafe_offset(t * srow)
+            _softmax_div(s, n_eff, den[t])
+            var dst = p.unsafe_offset(((b * nh + h0 + t) * L + i) * L)
+            var j = 0
+            while j + W <= n_eff:
+                dst.unsafe_store(j, s.unsafe_load[width=W](j))
+                j += W
+            while j < n_eff:
+                dst.unsafe_store(j, s.unsafe_load(j))
+                j += 1
+            while j + W <= L:
+                dst.unsafe_store(j, FW(0))
+                j += W
+            while j < L:
+                dst.unsafe_store(j, Float32(0))
+                j += 1
+        hh0 += gn
+
+
+comptime SB_ROWS = 8  # rows of the softmax backward whose chains run side by side
 
 
 def softmax_bwd_rows(pr: F32Ptr, dpr: F32Ptr, ds: F32Ptr, n: Int, scale: Float32, r0: Int, r1: Int):
     """T-49: per row, c = chain over j ascending of fma(w_j, dp_j, c) from +0 (flushed
-    at every step); ds_j = mul(mul(w_j, sub(dp_j, c)), scale)."""
-    for r in range(r0, r1):
-        var w = pr.unsafe_offset(r * n)
-        var dp = dpr.unsafe_offset(r * n)
-        var o = ds.unsafe_offset(r * n)
+    at every step); ds_j = mul(mul(w_j, sub(dp_j, c)), scale). SB_ROWS rows' chains run
+    side by side (independent chains in flight instead of one fma latency per step),
+    each step chain_step_daz (the flush of every step deferred to the value leaving
+    the registers: the same bits under the contract floating-point state)."""
+    var r = r0
+    while r + SB_ROWS <= r1:
+        var c = Array[F1, SB_ROWS](fill=F1(0))
+        for j in range(n):
+            comptime for t in range(SB_ROWS):
+                var at = (r + t) * n + j
+                c[t] = chain_step_daz[1](F1(pr.unsafe_load(at)), F1(dpr.unsafe_load(at)), c[t])
+        comptime for t in range(SB_ROWS):
+            _softmax_bwd_out(pr, dpr, ds, n, scale, r + t, ftz(c[t]))
+        r += SB_ROWS
+    while r < r1:
         var c = F1(0)
         for j in range(n):
-            c = chain_step[1](ftz(F1(w.unsafe_load(j))), ftz(F1(dp.unsafe_load(j))), c)
-        var cv = FW(c[0])
-        var sv = FW(scale)
-        var j = 0
-        while j + W <= n:
-            var d = ftz(ftz(dp.unsafe_load[width=W](j)) - cv)
-            o.unsafe_store(j, ftz(mul(ftz(mul(ftz(w.unsafe_load[width=W](j)), d)), sv)))
-            j += W
-        while j < n:
-            var d = ftz(ftz(F1(dp.unsafe_load(j))) - c)
-            o.unsafe_store(j, ftz(mul(ftz(mul(ftz(F1(w.unsafe_load(j))), d)), F1(scale)))[0])
-            j += 1
+            c = chain_step_daz[1](F1(pr.unsafe_load(r * n + j)), F1(dpr.unsafe_load(r * n + j)), c)
+        _softmax_bwd_out(pr, dpr, ds, n, scale, r, ftz(c))
+        r += 1
+
+
+@always_inline
+def _softmax_bwd_out(pr: F32Ptr, dpr: F32Ptr, ds: F32Ptr, n: Int, scale: Float32, r: Int, c: F1):
+    """T-49's second step for row r, its chain c (flushed)."""
+    var w = pr.unsafe_offset(r * n)
+    var dp = dpr.unsafe_offset(r * n)
+    var o = ds.unsafe_offset(r * n)
+    var cv = FW(c[0])
+    var sv = FW(scale)
+    var j = 0
+    while j + W <= n:
+        var d = ftz(ftz(dp.unsafe_load[width=W](j)) - cv)
+        o.unsafe_store(j, ftz(mul(ftz(mul(ftz(w.unsafe_load[width=W](j)), d)), sv)))
+        j += W
+    while j < n:
+        var d = ftz(ftz(F1(dp.unsafe_load(j))) - c)
+        o.unsafe_store(j, ftz(mul(ftz(mul(ftz(F1(w.unsafe_load(j))), d)), F1(scale)))[0])
+        j += 1
 
 
 def silu_mul_bwd_rows(gu: F32Ptr, ldgu: Int, dp: F32Ptr, ldp: Int, dgu: F32Ptr, ff: Int, r0: Int, r1: Int):
