@@ -57,6 +57,35 @@ def test_products_equal_linalg_matmul():
     assert not mt.is_enabled()
 
 
+def test_every_operand_layout_gives_the_oracles_bits():
+    """10.1 / 6.5: the mode reads contiguous CPU operands where they lie (2-D, batch by
+    batch, each either way round) and hands
+    everything else to linalg.matmul (strided slices, both operands transposed, empty
+    shapes): every one of them has the oracle's bits, and the empty ones torch's shapes."""
+    a, b = t(9, 140), t(140, 11, seed=1)
+    want = O.gemm_fp32_v1(a.numpy(), b.numpy())
+    wide = t(9, 280, seed=2)
+    sliced = wide[:, ::2]                      # strided: neither layout
+    want_s = O.gemm_fp32_v1(np.ascontiguousarray(sliced.numpy()), b.numpy())
+    a3, b3 = t(3, 9, 140, seed=3), t(3, 140, 11, seed=4)
+    want3 = np.stack([O.gemm_fp32_v1(a3[i].numpy(), b3[i].numpy()) for i in range(3)])
+    with mt.identical():
+        c0 = mt.calls()["mojolearn"]
+        assert bits(torch.mm(a, b)) == bits(want)
+        assert bits(torch.mm(a.t().contiguous().t(), b)) == bits(want)            # a read as a^T
+        assert bits(torch.mm(a, b.t().contiguous().t())) == bits(want)            # b read as b^T
+        assert bits(torch.mm(a.t().contiguous().t(), b.t().contiguous().t())) == bits(want)
+        assert bits(torch.mm(sliced, b)) == bits(want_s)
+        assert bits(torch.bmm(a3, b3)) == bits(want3)
+        assert bits(torch.bmm(a3.transpose(1, 2).contiguous().transpose(1, 2), b3)) == bits(want3)
+        assert bits(torch.matmul(a3, b[:, :11])) == bits(
+            np.stack([O.gemm_fp32_v1(a3[i].numpy(), b.numpy()) for i in range(3)]))
+        e = torch.mm(torch.empty(4, 0), torch.empty(0, 5))
+        assert e.shape == (4, 5) and bits(e) == bits(np.zeros((4, 5), F32))
+        assert torch.mm(torch.empty(0, 3), torch.empty(3, 5)).shape == (0, 5)
+        assert mt.calls()["mojolearn"] - c0 == 10
+
+
 def test_out_variants_and_aliasing():
     """10.1: out= is written with the bits of the op without it, also when out is one
     of the inputs."""

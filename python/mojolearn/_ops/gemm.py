@@ -138,15 +138,33 @@ def _run_f32(func, a, b, transpose_a, transpose_b, out, a_dtypes, b_dtypes, extr
     ab = contiguous(ab, func, "a")
     bb = contiguous(bb, func, "b")
     res, caddr = _result(func, out, ob, m, n)
+    _gemm_f32(func, ab.addr, bb.addr, caddr, m, n, k, transpose_a, transpose_b,
+              ab.dtype == "uint16", bb.dtype == "uint16")
+    return res
+
+
+def _gemm_f32(func, a, b, c, m, n, k, transpose_a, transpose_b, a_bf16=False, b_bf16=False):
+    """One gemm_f32 kernel call on checked addresses (m, n, k >= 1; C-contiguous
+    operands; c overlapping neither), with what every call carries (calls.py)."""
     wa, wn = workspace()
     need = native().gemm_f32((
-        ab.addr, bb.addr, caddr, m, n, k, int(transpose_a), int(transpose_b),
-        int(ab.dtype == "uint16"), int(bb.dtype == "uint16"), f32_mode_code(func),
-        gemm_tasks("fp32", m, n, k), sabotage_arg(), wa, wn,
+        a, b, c, m, n, k, int(transpose_a), int(transpose_b), int(a_bf16), int(b_bf16),
+        f32_mode_code(func), gemm_tasks("fp32", m, n, k), sabotage_arg(), wa, wn,
     ))
     if need > wn:
         workspace_fit(need)
-    return res
+
+
+def f32_at(func, a, b, c, m, n, k, transpose_a, transpose_b, count=1):
+    """fp32.v1 on host memory whose owner has checked it (the torch mode's CPU
+    tensors): ``count`` products, product i reading a + i * m * k * 4 and
+    b + i * k * n * 4 and writing c + i * m * n * 4 (byte addresses; float32,
+    C-contiguous, each operand (m, k) / (k, m) under transpose_a and (k, n) / (n, k)
+    under transpose_b; m, n, k >= 1; c fresh memory). The bits of ``matmul`` on the same
+    operands (it runs the same kernel call); no buffer protocol or DLPack on the way."""
+    for i in range(count):
+        _gemm_f32(func, a + i * m * k * 4, b + i * k * n * 4, c + i * m * n * 4, m, n, k,
+                  transpose_a, transpose_b)
 
 
 def matmul(a, b, *, transpose_a=False, transpose_b=False, out=None, **unexpected):
