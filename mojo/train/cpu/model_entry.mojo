@@ -11,8 +11,8 @@ from common.ptr import F32Ptr, I32Ptr, ptr_f32
 from common.tasks import chunk_bounds, run_tasks, nothing
 from transformer.cpu.attention import HG, _srow
 from train.cpu.model_ops import (
-    attn_keys_small, attn_probs_unit, softmax_bwd_rows, silu_mul_bwd_rows, fold_div, rmsnorm_terms_rows,
-    head_norm_terms_rows,
+    attn_keys_small, attn_probs_unit, softmax_bwd_rows, silu_mul_bwd_rows, fold_div,
+    rmsnorm_terms_rows, head_norm_terms_rows,
 )
 from train.cpu.ops import rms_backward_rows
 
