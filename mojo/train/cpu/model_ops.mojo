@@ -10,7 +10,7 @@ from std.sys import simd_width_of
 from common.ptr import F32Ptr
 from arith.fp import ftz, daz_in
 from arith.elementary import mul, silu_mul_bwd, sqrt_rn
-from arith.tree import leaf_size, leaf_count, chain_step, chain_step_daz, tree_add, serial_add_daz
+from arith.tree import leaf_size, leaf_count, chain_step_daz, tree_add, serial_add_daz
 from std.collections import List
 from std.collections import Array
 from transformer.cpu.attention import (

@@ -151,7 +151,7 @@ def _host_product(a, b, ta, tb):
 
 
 def _tensor(arr):
-    if isinstance(arr, _torch.Tensor):  # a device result, allocated by torch already
+    if isinstance(arr, _torch.Tensor):  # allocated by torch already (_host_product, device)
         return arr
     return _torch.from_dlpack(arr)
 
