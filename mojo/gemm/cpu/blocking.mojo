@@ -55,17 +55,26 @@ from common.fpstate import EXPLICIT_FLUSH
 
 # ---------------------------------------------------------------- fp32.v1 / bf16f32.v1
 comptime W = simd_width_of[DType.float32]()
-comptime NV = 2
+# AVX2 (v3): a 4 x 24 tile (12 accumulators, 3 B vectors and 1 broadcast: the 16 ymm
+# registers), 7 loads per 12 fmas instead of the 6 x 16 tile's 8. On the AMD EPYC Zen 2
+# (2 threads, A/B builds in alternating processes) it took 1024^3 from 13.7 to 12.5 ms,
+# the 256- to 1536-row products of a SmolLM2 training step 1-29% faster, CausalLM greedy
+# decode 10% and prefill 2%; 2048^3 within the noise; prepared NT decode rows (1 and 16
+# x 4096 x 4096) 7-11% slower. Not measured on the Zen 3 the rest was tuned on
+# (AVX-512 builds: 12 x 32; the NEON build (W = 4, 32 registers): 6 x 8 as before)
+comptime NV = 3 if W == 8 else 2
 comptime NR = NV * W
-comptime MR = 12 if W >= 16 else 6
-# AVX2 (v3): 216 rows. On Zen 3 (512 KiB L2), 72 rows left 2 threads at 0.80-0.90x
-# numpy on 1024^3 / 2048^3 and 0.72x at m = 144; 216 rows (each packed B leaf slice
-# reused by 36 tiles instead of 12) gave 0.93-1.0x in the same runs
-comptime MC = 12 * MR if W >= 16 else 36 * MR  # the reference plan's mc (see CachePlan)
+comptime MR = 12 if W >= 16 else (4 if W == 8 else 6)
+# AVX2 (v3): 224 rows. On Zen 3 (512 KiB L2), with the 6 x 16 tile, 72 rows left 2
+# threads at 0.80-0.90x numpy on 1024^3 / 2048^3 and 0.72x at m = 144; 216 rows (each
+# packed B leaf slice reused by 36 tiles instead of 12) gave 0.93-1.0x in the same
+# runs. With the 4-row tile: 56 panels (a multiple of 4, so the smallest cache plan's
+# quarter is a whole number of panels too)
+comptime MC = 12 * MR if W >= 16 else (56 * MR if W == 8 else 36 * MR)  # reference plan's mc
 # the few-rows path (f32_block_small_m, f32_small_prepared) serves m <= SMALL_M: a
 # choice of loop nest, not a cache block, so it stays fixed (the tuned MC)
 comptime SMALL_M = MC
-comptime NCS = 512
+comptime NCS = 512 // NR * NR  # a whole number of NR panels (504 columns on v3)
 # k steps per iteration of the micro-kernel loop. AVX2 (v3): 4. On the AMD EPYC Zen 3
 # (2 cores) the one-step loop left the blocked kernel at 57-73 GF/s a core against
 # 89 for the bare FMAs; four steps an iteration gave 0.95-1.02x numpy at 1024^3 and

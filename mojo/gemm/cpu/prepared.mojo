@@ -48,7 +48,7 @@ def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
     comptime for q in range(MR * NV):
         acc[q] = SIMD[DType.float32, W](0)
     for kk in range(lk):
-        comptime for l in range(NR // 16):
+        comptime for l in range((NR + 15) // 16):  # every line of a step
             prefetch[PrefetchOptions().for_read().high_locality()](b.unsafe_offset(kk * NR + PF_FLOATS + l * 16))
         var bv = Array[SIMD[DType.float32, W], NV](fill=SIMD[DType.float32, W](0))
         comptime for v in range(NV):

@@ -71,8 +71,8 @@ def ukernel_rows(a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, rows: Int, mut acc: Ac
     elif rows == 2:
         ukernel_leaf[2](a, b, lk, ldb, acc)
     elif rows <= 4:
-        ukernel_leaf[4](a, b, lk, ldb, acc)
+        ukernel_leaf[min(4, MR)](a, b, lk, ldb, acc)
     elif rows <= 6:
-        ukernel_leaf[6](a, b, lk, ldb, acc)
+        ukernel_leaf[min(6, MR)](a, b, lk, ldb, acc)
     else:
         ukernel_leaf[MR](a, b, lk, ldb, acc)
