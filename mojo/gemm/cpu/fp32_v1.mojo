@@ -66,7 +66,7 @@ def mode_leaf(mode: Int, k: Int) -> Int:
 
 def nc_for(p: CachePlan, k: Int, ncols: Int) -> Int:
     var nc = (p.pack_b_bytes // (4 * max(k, 1))) // NR * NR
-    nc = max(NR, min(nc, 4096))
+    nc = max(NR, min(nc, 4096 // NR * NR))  # whole panels: chunks start on panel edges
     return min(nc, round_up(ncols, NR))
 
 

@@ -19,13 +19,13 @@ from common.ptr import F32Ptr
 from common.workspace import ws_take, ws_request
 from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
-from gemm.cpu.blocking import MR, NR, NV, SMALL_M, W, ROWS_MAX, round_up, cache_plan
+from gemm.cpu.blocking import MR, NR, NV, KU, SMALL_M, W, ROWS_MAX, round_up, cache_plan
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes, load_w, widen_panels,
                                   pack_bf16_panels, pack_i8_panels)
 from common.ptr import I8Ptr, U16Ptr
 from gemm.cpu.fp32_v1 import GemmArgs, mode_leaf, f32_block, f32_block_ws, a_once_fits, a_shared_ws, pack_a_shared
-from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows
+from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows, _step
 from gemm.cpu.tree import finish_tile
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
 from arith.fp import ftz
@@ -40,23 +40,34 @@ def _arg(args: PythonObject, i: Int) raises -> Int:
 comptime PF_FLOATS = 1024  # software prefetch distance into the panel stream (4 KiB)
 
 
+# cache lines prefetched per k-step: every line of an NR-float step on AVX2 (24 floats
+# there: one line a step left a third of the stream unfetched); NR // 16 elsewhere
+comptime PF_LINES = (NR + 15) // 16 if W == 8 else NR // 16
+
+
 @always_inline
 def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
-    """ukernel_leaf[R] (the same chains, contract 6.3) that also prefetches the panel
-    stream PF_FLOATS ahead: with few rows a leaf is too short for the hardware
-    prefetcher alone to keep memory busy."""
+    """ukernel_leaf[R] (the same chains, contract 6.3, and its loop of KU steps) that
+    also prefetches the panel stream PF_FLOATS ahead: with few rows a leaf is too short
+    for the hardware prefetcher alone to keep memory busy."""
     comptime for q in range(MR * NV):
         acc[q] = SIMD[DType.float32, W](0)
-    for kk in range(lk):
-        comptime for l in range((NR + 15) // 16):  # every line of a step
-            prefetch[PrefetchOptions().for_read().high_locality()](b.unsafe_offset(kk * NR + PF_FLOATS + l * 16))
-        var bv = Array[SIMD[DType.float32, W], NV](fill=SIMD[DType.float32, W](0))
-        comptime for v in range(NV):
-            bv[v] = b.unsafe_load[width=W](kk * NR + v * W)
-        comptime for i in range(R):
-            var av = SIMD[DType.float32, W](a.unsafe_load(kk * MR + i))
-            comptime for v in range(NV):
-                acc[i * NV + v] = chain_step_daz[W](av, bv[v], acc[i * NV + v])
+    var kk = 0
+    while kk + KU <= lk:
+        comptime for u in range(KU):
+            _pf_step(b, kk + u)
+            _step[R](a, b, kk + u, NR, acc)
+        kk += KU
+    while kk < lk:
+        _pf_step(b, kk)
+        _step[R](a, b, kk, NR, acc)
+        kk += 1
+
+
+@always_inline
+def _pf_step(b: F32Ptr, kk: Int):
+    comptime for l in range(PF_LINES):
+        prefetch[PrefetchOptions().for_read().high_locality()](b.unsafe_offset(kk * NR + PF_FLOATS + l * 16))
 
 
 def small_prepared_ws(g: GemmArgs, i_rows: Int, bfmt: Int = PANELS_F32) -> Int:
@@ -132,10 +143,13 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
 
 # ---------------------------------------------------------------- decode rows (m <= ROWS_MAX)
 comptime RP = 2 if W >= 16 else 1  # panels a decode step reads side by side (more chains in
-# flight; AVX2 has 16 registers, too few for 4 rows x 2 panels); 2 * RP for 2 rows
-comptime RP1 = 4  # for 1 row: four panel streams side by side (the same on every build; on AVX2 it was 2)
-comptime RACC = max(ROWS_MAX * RP, RP1) * NV
-comptime SCV = max(RP1, 2 * RP) * NV  # column-scale vectors of the most panels a decode step reads
+# flight; AVX2 has 16 registers, too few for 4 rows x 2 panels); RP2 for 2 rows
+# for 1 row: four panel streams side by side, or on AVX2 (three vectors a panel) two:
+# 1 x 4 x 3 accumulators and 12 panel vectors would not fit its 16 registers
+comptime RP1 = 2 if NV == 3 else 4
+comptime RP2 = 1 if NV == 3 else 2 * RP  # for 2 rows (AVX2: 2 x 2 x 3 + 6 would not fit)
+comptime RACC = max(ROWS_MAX * RP, RP1, 2 * RP2) * NV
+comptime SCV = max(RP1, RP2) * NV  # column-scale vectors of the most panels a decode step reads
 comptime RAcc = Array[SIMD[DType.float32, W], RACC]
 comptime RSLOT = RACC * W  # floats of one tree level
 
@@ -418,7 +432,7 @@ def _rows_dispatch[FMT: Int](g: GemmArgs, j_lo: Int, j_hi: Int, w: F32Ptr, bpre:
     if g.m == 1:
         f32_rows_prepared[1, RP1, FMT](g, j_lo, j_hi, w, bpre, bscales)
     elif g.m == 2:
-        f32_rows_prepared[2, 2 * RP, FMT](g, j_lo, j_hi, w, bpre, bscales)
+        f32_rows_prepared[2, RP2, FMT](g, j_lo, j_hi, w, bpre, bscales)
     elif g.m == 3:
         f32_rows_prepared[3, RP, FMT](g, j_lo, j_hi, w, bpre, bscales)
     else:
