@@ -59,8 +59,9 @@ comptime W = simd_width_of[DType.float32]()
 # registers), 7 loads per 12 fmas instead of the 6 x 16 tile's 8. On the AMD EPYC Zen 2
 # (2 threads, A/B builds in alternating processes) it took 1024^3 from 13.7 to 12.5 ms,
 # the 256- to 1536-row products of a SmolLM2 training step 1-29% faster, CausalLM greedy
-# decode 10% and prefill 2%; 2048^3 within the noise; prepared NT decode rows (1 and 16
-# x 4096 x 4096) 7-11% slower. Not measured on the Zen 3 the rest was tuned on
+# decode 10% and prefill 2%; 2048^3 within the noise. Prepared decode rows lost (make
+# bench vs numpy, 1 x 4096^2 NN / NT: 0.92 / 0.83 -> 0.83 / 0.83x; 16 x 4096^2: 1.46 /
+# 1.85 -> 1.27 / 1.41x). Not measured on the Zen 3 the rest was tuned on
 # (AVX-512 builds: 12 x 32; the NEON build (W = 4, 32 registers): 6 x 8 as before)
 comptime NV = 3 if W == 8 else 2
 comptime NR = NV * W
