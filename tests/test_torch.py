@@ -78,8 +78,7 @@ def test_every_operand_layout_gives_the_oracles_bits():
         assert bits(torch.mm(sliced, b)) == bits(want_s)
         assert bits(torch.bmm(a3, b3)) == bits(want3)
         assert bits(torch.bmm(a3.transpose(1, 2).contiguous().transpose(1, 2), b3)) == bits(want3)
-        assert bits(torch.matmul(a3, b[:, :11])) == bits(
-            np.stack([O.gemm_fp32_v1(a3[i].numpy(), b.numpy()) for i in range(3)]))
+        assert bits(torch.bmm(a3, b3.transpose(1, 2).contiguous().transpose(1, 2))) == bits(want3)
         e = torch.mm(torch.empty(4, 0), torch.empty(0, 5))
         assert e.shape == (4, 5) and bits(e) == bits(np.zeros((4, 5), F32))
         assert torch.mm(torch.empty(0, 3), torch.empty(3, 5)).shape == (0, 5)

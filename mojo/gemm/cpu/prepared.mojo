@@ -25,7 +25,7 @@ from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes
                                   pack_bf16_panels, pack_i8_panels)
 from common.ptr import I8Ptr, U16Ptr
 from gemm.cpu.fp32_v1 import GemmArgs, mode_leaf, f32_block, f32_block_ws, a_once_fits, a_shared_ws, pack_a_shared
-from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf_reversed, ukernel_rows, _step
+from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
 from arith.fp import ftz
@@ -38,36 +38,6 @@ def _arg(args: PythonObject, i: Int) raises -> Int:
 
 
 comptime PF_FLOATS = 1024  # software prefetch distance into the panel stream (4 KiB)
-
-
-# cache lines prefetched per k-step: every line of an NR-float step on AVX2 (24 floats
-# there: one line a step left a third of the stream unfetched); NR // 16 elsewhere
-comptime PF_LINES = (NR + 15) // 16 if W == 8 else NR // 16
-
-
-@always_inline
-def _leaf_pf[R: Int](a: F32Ptr, b: F32Ptr, lk: Int, mut acc: Acc):
-    """ukernel_leaf[R] (the same chains, contract 6.3, and its loop of KU steps) that
-    also prefetches the panel stream PF_FLOATS ahead: with few rows a leaf is too short
-    for the hardware prefetcher alone to keep memory busy."""
-    comptime for q in range(MR * NV):
-        acc[q] = SIMD[DType.float32, W](0)
-    var kk = 0
-    while kk + KU <= lk:
-        comptime for u in range(KU):
-            _pf_step(b, kk + u)
-            _step[R](a, b, kk + u, NR, acc)
-        kk += KU
-    while kk < lk:
-        _pf_step(b, kk)
-        _step[R](a, b, kk, NR, acc)
-        kk += 1
-
-
-@always_inline
-def _pf_step(b: F32Ptr, kk: Int):
-    comptime for l in range(PF_LINES):
-        prefetch[PrefetchOptions().for_read().high_locality()](b.unsafe_offset(kk * NR + PF_FLOATS + l * 16))
 
 
 def small_prepared_ws(g: GemmArgs, i_rows: Int, bfmt: Int = PANELS_F32) -> Int:
@@ -130,13 +100,13 @@ def f32_small_prepared(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, 
                 elif ip > 0:
                     ukernel_rows(ap, bp, lk, NR, mr, acc)
                 elif mr > 4:
-                    _leaf_pf[MR](ap, bp, lk, acc)
+                    ukernel_leaf[MR, PF_FLOATS](ap, bp, lk, NR, acc)
                 elif mr == 1:
-                    _leaf_pf[1](ap, bp, lk, acc)
+                    ukernel_leaf[1, PF_FLOATS](ap, bp, lk, NR, acc)
                 elif mr == 2:
-                    _leaf_pf[2](ap, bp, lk, acc)
+                    ukernel_leaf[2, PF_FLOATS](ap, bp, lk, NR, acc)
                 else:
-                    _leaf_pf[4](ap, bp, lk, acc)
+                    ukernel_leaf[4, PF_FLOATS](ap, bp, lk, NR, acc)
                 var cp = cptr.unsafe_offset((i_lo + ip * MR) * n + q * NR)
                 finish_tile(acc, p, nleaves, levels, slots, level_stride, ip * MR * NR, cp, n, mr, nr)
 

@@ -12,26 +12,44 @@ from std.collections import Array
 from arith.tree import chain_step_daz
 from common.ptr import F32Ptr
 from gemm.cpu.blocking import MR, NR, NV, W, KU
+from std.sys.intrinsics import prefetch, PrefetchOptions
 
 comptime Acc = Array[SIMD[DType.float32, W], MR * NV]
 
+# cache lines prefetched per k-step when a leaf prefetches: every line of an NR-float
+# step on AVX2 (24 floats there: one line a step left a third of the stream
+# unfetched); NR // 16 elsewhere
+comptime PF_LINES = (NR + 15) // 16 if W == 8 else NR // 16
+
 
 @always_inline
-def ukernel_leaf[R: Int = MR](a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc):
+def ukernel_leaf[R: Int = MR, PF: Int = 0](a: F32Ptr, b: F32Ptr, lk: Int, ldb: Int, mut acc: Acc):
     """a: MR values per kk; b: NR values per kk, rows ldb apart (NR when packed).
     Only the first R rows are computed (R < MR for short edge tiles); the others
     are left at +0 and never stored. The loop body is KU steps (blocking.KU), each
-    output's chain still one fma per kk in ascending order."""
+    output's chain still one fma per kk in ascending order. PF > 0: every step also
+    prefetches the b stream PF floats ahead (a leaf with few rows is too short for the
+    hardware prefetcher alone to keep memory busy); the arithmetic is the same."""
     comptime for q in range(MR * NV):
         acc[q] = SIMD[DType.float32, W](0)
     var kk = 0
     while kk + KU <= lk:
         comptime for u in range(KU):
+            comptime if PF > 0:
+                _pf_step[PF](b, kk + u, ldb)
             _step[R](a, b, kk + u, ldb, acc)
         kk += KU
     while kk < lk:
+        comptime if PF > 0:
+            _pf_step[PF](b, kk, ldb)
         _step[R](a, b, kk, ldb, acc)
         kk += 1
+
+
+@always_inline
+def _pf_step[PF: Int](b: F32Ptr, kk: Int, ldb: Int):
+    comptime for l in range(PF_LINES):
+        prefetch[PrefetchOptions().for_read().high_locality()](b.unsafe_offset(kk * ldb + PF + l * 16))
 
 
 @always_inline

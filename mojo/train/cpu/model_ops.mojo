@@ -14,8 +14,7 @@ from arith.tree import leaf_size, leaf_count, chain_step_daz, tree_add, serial_a
 from std.collections import List
 from std.collections import Array
 from transformer.cpu.attention import (
-    HG, attn_scale, _srow, _scores_f32, _scores_heads, _softmax_exp, _serial_sums, _softmax_div,
-    _all_small,
+    HG, attn_scale, _srow, group_row_len, group_scores_f32, group_softmax, _all_small,
 )
 
 comptime W = simd_width_of[DType.float32]()
@@ -54,7 +53,6 @@ def attn_probs_unit(q: F32Ptr, ldq: Int, kt: F32Ptr, p: F32Ptr, L: Int, nh: Int,
     var b = bg // kvh
     var group = nh // kvh
     var scale = attn_scale(hd)
-    var nleaves = leaf_count(hd)
     var srow = _srow(L)
     var kb = kt.unsafe_offset(bg * hd * L)
     var hh0 = 0
@@ -62,31 +60,11 @@ def attn_probs_unit(q: F32Ptr, ldq: Int, kt: F32Ptr, p: F32Ptr, L: Int, nh: Int,
         var gn = min(HG, group - hh0)
         var h0 = g * group + hh0
         var q0 = q.unsafe_offset((b * L + i) * ldq + h0 * hd)
-        var n_eff = L
-        if keys_small:
-            n_eff = i + 1
-            for t in range(gn):
-                if not _all_small(q0.unsafe_offset(t * hd), hd, 1, 1):
-                    n_eff = L
-        var j_done = 0
-        if nleaves == 1:
-            if gn == 4:
-                j_done = _scores_heads[4](q0, kb, L, hd, n_eff, scale, ws, srow)
-            elif gn == 3:
-                j_done = _scores_heads[3](q0, kb, L, hd, n_eff, scale, ws, srow)
-            elif gn == 2:
-                j_done = _scores_heads[2](q0, kb, L, hd, n_eff, scale, ws, srow)
-            else:
-                j_done = _scores_heads[1](q0, kb, L, hd, n_eff, scale, ws, srow)
-        for t in range(gn):
-            _scores_f32(q0.unsafe_offset(t * hd), kb, L, hd, nleaves, n_eff, scale,
-                        ws.unsafe_offset(t * srow), j_done)
-        for t in range(gn):
-            _softmax_exp(ws.unsafe_offset(t * srow), n_eff, i)
-        var den = _serial_sums(ws, srow, gn, n_eff)
+        var n_eff = group_row_len(q0, gn, hd, keys_small, L, i)
+        group_scores_f32(q0, kb, L, hd, gn, n_eff, scale, ws, srow)
+        group_softmax(ws, srow, gn, n_eff, i)
         for t in range(gn):
             var s = ws.unsafe_offset(t * srow)
-            _softmax_div(s, n_eff, den[t])
             var dst = p.unsafe_offset(((b * nh + h0 + t) * L + i) * L)
             var j = 0
             while j + W <= n_eff:

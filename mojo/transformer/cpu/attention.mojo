@@ -107,7 +107,6 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
             var sc = quant_scale(e)
             for kk in range(hd):
                 kcodes.unsafe_store(j * hd + kk, codes[1, INT15_CMAX](kbits.unsafe_load(j * hd + kk), sc)[0])
-    var nleaves = leaf_count(hd)
     # Masked keys (position > the query's) add exactly nothing when every q, k and v
     # value is finite and small: their score is a finite |dot| < 2**100, the mask makes
     # it exactly -FLT_MAX, expf gives +0, the weight is +0 and fma(+0, v, acc) = acc.
@@ -124,40 +123,14 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
             var h0 = g * group + hh0
             var q0 = qb.unsafe_offset((b * a.length + i) * a.ldq + h0 * hd)
             var o0 = ob.unsafe_offset((b * a.length + i) * a.n_heads * hd + h0 * hd)
-            # keys past the query add nothing for a head whose values are small (see
-            # above); computing them anyway gives the same bits, so the heads computed
-            # together take the longest row any of them needs
-            var n_eff = nkeys
-            if kv_small:
-                n_eff = p + 1
-                for t in range(gn):
-                    if not _all_small(q0.unsafe_offset(t * hd), hd, 1, 1):
-                        n_eff = nkeys
-            # ---- scores
-            var j_done = 0
+            var n_eff = group_row_len(q0, gn, hd, kv_small, nkeys, p)
             if a.fixed15:
                 for t in range(gn):
                     _scores_fixed15(q0.unsafe_offset(t * hd), hd, kcodes, kexp, qcodes, n_eff,
                                     scale, ws.unsafe_offset(t * srow))
-            elif nleaves == 1:
-                if gn == 4:
-                    j_done = _scores_heads[4](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
-                elif gn == 3:
-                    j_done = _scores_heads[3](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
-                elif gn == 2:
-                    j_done = _scores_heads[2](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
-                else:
-                    j_done = _scores_heads[1](q0, kt, a.tmax, hd, n_eff, scale, ws, srow)
-            if not a.fixed15:
-                for t in range(gn):
-                    _scores_f32(q0.unsafe_offset(t * hd), kt, a.tmax, hd, nleaves, n_eff, scale,
-                                ws.unsafe_offset(t * srow), j_done)
-            for t in range(gn):
-                _softmax_exp(ws.unsafe_offset(t * srow), n_eff, p)
-            # the heads' serial denominators side by side: independent chains in flight
-            var den = _serial_sums(ws, srow, gn, n_eff)
-            for t in range(gn):
-                _softmax_div(ws.unsafe_offset(t * srow), n_eff, den[t])
+            else:
+                group_scores_f32(q0, kt, a.tmax, hd, gn, n_eff, scale, ws, srow)
+            group_softmax(ws, srow, gn, n_eff, p)
             # ---- P.V: one serial fma chain per output element, vectorized across it
             var c_done = 0
             if gn == 4:
@@ -169,6 +142,56 @@ def attn_unit(a: AttnArgs, unit: Int, ws: F32Ptr):
             for t in range(gn):
                 _pv_head(ws.unsafe_offset(t * srow), vc, hd, n_eff, o0.unsafe_offset(t * hd), c_done)
             hh0 += gn
+
+
+def group_row_len(q0: F32Ptr, gn: Int, hd: Int, keys_small: Bool, nkeys: Int, p: Int) -> Int:
+    """The keys the gn query heads at q0 (rows q0 + t * hd) compute for the query at
+    absolute position p: keys past the query add nothing for a head whose values are
+    small (keys_small: the caller's check of its keys, and values where they are
+    used; and the head's own row finite with |q| < 2**40): their score is a finite
+    |dot| < 2**100, the mask makes it exactly -FLT_MAX, expf gives +0, the weight is
+    +0. Computing them anyway gives the same bits, so the heads computed together
+    take the longest row any of them needs."""
+    if not keys_small:
+        return nkeys
+    for t in range(gn):
+        if not _all_small(q0.unsafe_offset(t * hd), hd, 1, 1):
+            return nkeys
+    return p + 1
+
+
+def group_scores_f32(q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, gn: Int, n_eff: Int,
+                     scale: Float32, ws: F32Ptr, srow: Int):
+    """M-11 scores by fp32.v1 over head_dim, M-6 scale, for gn <= HG query heads (rows
+    q0 + t * hd) that read the same keys (kt: head_dim rows of tmax), into
+    ws + t * srow. One leaf: the heads side by side (every key vector loaded once
+    feeds each head's chains); each (head, key) chain is the one the head alone
+    computes."""
+    var nleaves = leaf_count(hd)
+    var j_done = 0
+    if nleaves == 1:
+        if gn == 4:
+            j_done = _scores_heads[4](q0, kt, tmax, hd, n_eff, scale, ws, srow)
+        elif gn == 3:
+            j_done = _scores_heads[3](q0, kt, tmax, hd, n_eff, scale, ws, srow)
+        elif gn == 2:
+            j_done = _scores_heads[2](q0, kt, tmax, hd, n_eff, scale, ws, srow)
+        else:
+            j_done = _scores_heads[1](q0, kt, tmax, hd, n_eff, scale, ws, srow)
+    for t in range(gn):
+        _scores_f32(q0.unsafe_offset(t * hd), kt, tmax, hd, nleaves, n_eff, scale,
+                    ws.unsafe_offset(t * srow), j_done)
+
+
+def group_softmax(ws: F32Ptr, srow: Int, gn: Int, n_eff: Int, p: Int):
+    """M-12 mask and M-13 softmax of gn score rows (ws + t * srow, n_eff keys, query at
+    absolute position p), in place: the heads' serial denominators side by side
+    (independent chains in flight)."""
+    for t in range(gn):
+        _softmax_exp(ws.unsafe_offset(t * srow), n_eff, p)
+    var den = _serial_sums(ws, srow, gn, n_eff)
+    for t in range(gn):
+        _softmax_div(ws.unsafe_offset(t * srow), n_eff, den[t])
 
 
 def _scores_fixed15(qr: F32Ptr, hd: Int, kcodes: I32Ptr, kexp: I32Ptr, qcodes: I32Ptr,

@@ -11,6 +11,7 @@ import torch as _torch
 
 from .. import linalg as _linalg
 from .._ops import gemm as _gemm
+from .._ops import operands as _operands
 from .._core.loader import cpu_native as _native  # the nn_* entries are the CPU build's
 from .._core.threads import tasks as _threads
 from .._core.threads import decode_split_floor as _split_floor
@@ -141,10 +142,10 @@ def _host_product(a, b, ta, tb):
         count = a.shape[0]
     else:
         return None
-    m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
-    kb, n = (b.shape[-1], b.shape[-2]) if tb else (b.shape[-2], b.shape[-1])
-    if k != kb or not (m and n and k and count):
-        return None   # refusals and degenerate shapes: linalg.matmul's
+    # linalg.matmul's own shape check (the same refusal when the inner dimensions differ)
+    m, n, k = _operands.shapes("matmul", tuple(a.shape[-2:]), tuple(b.shape[-2:]), ta, tb)
+    if not (m and n and k and count):
+        return None   # degenerate shapes: linalg.matmul's
     c = _torch.empty(tuple(a.shape[:-2]) + (m, n), dtype=_torch.float32)
     _gemm.f32_at("matmul", a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k, ta, tb, count)
     return c
