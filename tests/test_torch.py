@@ -344,3 +344,53 @@ def test_torch_runs_one_thread_while_the_mode_is_on():
         assert bits(x @ x.T) == bits(linalg.matmul(x.numpy(), x.numpy(), transpose_b=True))
         torch.set_num_threads(3)
     assert torch.get_num_threads() == 3
+
+
+class _Recording(torch.optim.Optimizer):
+    """A step that records torch's intra-op thread count, and raises when asked."""
+
+    def __init__(self, params):
+        super().__init__(params, {})
+        self.seen, self.fail = [], False
+
+    def step(self, closure=None):
+        self.seen.append(torch.get_num_threads())
+        if self.fail:
+            raise RuntimeError("step failed")
+
+
+def test_an_optimizer_step_runs_on_the_threads_found():
+    """A torch.optim step inside the mode (torch's elementwise ops alone) runs on the
+    intra-op count found when the mode went on, and torch is back on one thread after
+    it, also after a step that raised; a count the user sets inside a block is kept;
+    off, steps are left alone."""
+    torch.set_num_threads(2)
+    opt = _Recording([torch.nn.Parameter(torch.zeros(3))])
+    try:
+        with mt.identical():
+            assert torch.get_num_threads() == 1
+            opt.step()
+            assert torch.get_num_threads() == 1
+            opt.fail = True
+            with pytest.raises(RuntimeError, match="step failed"):
+                opt.step()
+            opt.fail = False
+            opt.step()                          # caught up with after the failed one
+            assert torch.get_num_threads() == 1
+            torch.set_num_threads(3)            # the user's choice inside the block
+            opt.step()
+            assert torch.get_num_threads() == 3
+            torch.set_num_threads(1)
+        assert torch.get_num_threads() == 2
+        with mt.identical():
+            opt.fail = True
+            with pytest.raises(RuntimeError, match="step failed"):
+                opt.step()
+            opt.fail = False
+        assert torch.get_num_threads() == 2    # the mode went off inside a failed step's count
+        torch.set_num_threads(3)
+        opt.step()                              # the mode off: nothing changes the count
+        assert torch.get_num_threads() == 3
+        assert opt.seen == [2, 2, 2, 3, 2, 3]
+    finally:
+        torch.set_num_threads(2)
