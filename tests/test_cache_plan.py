@@ -172,12 +172,19 @@ def _products():
     # k past every plan's panel-outer limit (the limit scales with mc: the same k)
     long_a = _rnd(5, t["SMALL_M"] + 30, 4000)
     long_b = _rnd(6, 4000, 64)
+    # B over all of k more than the smallest plan's packed chunk for each task's columns
+    # (1 or 2 tasks), its output's tree slots small: the leaf-outer-over-the-task order
+    # (f32_block_kouter) under the smallest plan, the blocked order under the others
+    ka = _rnd(7, t["SMALL_M"] + 7, 4500)
+    kb = _rnd(8, 4500, 500)
     out = {
         "fp32 NN": lambda: linalg.matmul(a, b),
         "fp32 NT": lambda: linalg.matmul(a, bt, transpose_b=True),
         "fp32 TN": lambda: linalg.matmul(at, b, transpose_a=True),
         "fp32 small-m": lambda: linalg.matmul(few, wide),
         "fp32 leaf-outer": lambda: linalg.matmul(long_a, long_b),
+        "fp32 k-outer": lambda: linalg.matmul(ka, kb),
+        "fp32 k-outer TN": lambda: linalg.matmul(np.ascontiguousarray(ka.T), kb, transpose_a=True),
         "fp32 prepared": lambda: linalg.matmul(a, linalg.prepare(bt, transpose_b=True),
                                                transpose_b=True),
         "fp32 prepared small-m": lambda: linalg.matmul(few, linalg.prepare(wide)),
@@ -185,7 +192,7 @@ def _products():
         "int8": lambda: linalg.matmul_int8(a, bt),
         "int15": lambda: linalg.matmul_int15(a, bt),
     }
-    return out, (a, b, few, wide)
+    return out, (a, b, few, wide, ka, kb)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -197,7 +204,7 @@ def test_every_plan_gives_the_same_bits(threads, restore_plan):
     mojolearn.set_num_threads(threads)
     try:
         set_plan(reference_sizes())
-        prods, (a, b, few, wide) = _products()
+        prods, (a, b, few, wide, ka, kb) = _products()
         ref = {name: np.asarray(f()).copy() for name, f in prods.items()}
         seen = set()
         for sizes in (TINY, HUGE):
@@ -211,6 +218,10 @@ def test_every_plan_gives_the_same_bits(threads, restore_plan):
         assert_same_bits(np.asarray(linalg.matmul(a[rows], b)), O.gemm_fp32_v1(a[rows], b),
                          "fp32 smallest plan vs oracle (blocked rows)")
         assert_same_bits(ref["fp32 NN"][rows], O.gemm_fp32_v1(a[rows], b), "reference vs oracle")
+        krows = [0, 3, blocking()["MC"] - 1, blocking()["MC"] + 1, ka.shape[0] - 1]
+        want = O.gemm_fp32_v1(ka[krows], kb)
+        assert_same_bits(np.asarray(linalg.matmul(ka, kb))[krows], want, "fp32 k-outer vs oracle")
+        assert_same_bits(ref["fp32 k-outer"][krows], want, "reference (blocked) vs oracle")
     finally:
         mojolearn.set_num_threads(old)
 
@@ -220,13 +231,16 @@ def test_the_plans_move_the_blocks(restore_plan):
     A blocks under every plan (more under the smallest), the small-m product several
     column chunks, and the long-k product leaves the panel-outer order under each."""
     ref = set_plan(reference_sizes())
-    prods, (a, b, few, wide) = _products()
+    prods, (a, b, few, wide, ka, kb) = _products()
     m = a.shape[0]
     for sizes in (TINY, reference_sizes(), HUGE):
         t = set_plan(sizes)
         assert m > t["MC"] and m > t["SMALL_M"]
         assert wide.shape[1] > t["NCS"] or sizes is HUGE
         assert round_up(t["MC"], t["MR"]) * 4000 * 4 > t["PANEL_OUTER_A_BYTES"]
+        # the k-outer product: that order under the smallest plan only, on 1 and 2 tasks
+        for tasks in (1, 2):
+            assert _kouter(t, ka.shape[0], kb.shape[0], kb.shape[1], tasks) == (sizes is TINY), (sizes, tasks)
     tiny, huge = set_plan(TINY), set_plan(HUGE)
     assert tiny["MC"] * 4 == ref["MC"] == huge["MC"] // 4
     assert tiny["NCS"] < ref["NCS"] < huge["NCS"]
@@ -234,3 +248,23 @@ def test_the_plans_move_the_blocks(restore_plan):
 
 def round_up(x, u):
     return (x + u - 1) // u * u
+
+
+def _kouter(t, m, k, n, tasks):
+    """fp32_v1.kouter_fits for the blocked path's task (a column split here: n spans at
+    least 2 * tasks panels), restated from its docstring: several leaves, not panel
+    outer, B over all of k more than one packed chunk of the task's columns (chunks of
+    whole panels, at most 4096 columns), the slots of the task's output within
+    KOUTER_SLOT_BYTES."""
+    nr, mr = t["NR"], t["MR"]
+    npan = -(-n // nr)
+    assert m > t["SMALL_M"] and npan >= 2 * tasks
+    cols = -(-npan // tasks) * nr
+    leaf = max(128, -(-k // 1024))
+    nleaves = -(-k // leaf)
+    if nleaves < 2 or round_up(min(t["MC"], m), mr) * k * 4 <= t["PANEL_OUTER_A_BYTES"]:
+        return False
+    nc = max(nr, min(t["PACK_B_BYTES"] // (4 * k) // nr * nr, 4096 // nr * nr))
+    if nc >= cols:
+        return False
+    return round_up(m, mr) * cols * nleaves.bit_length() * 4 <= t["KOUTER_SLOT_BYTES"]

@@ -91,6 +91,11 @@ comptime FAST_KC = 512
 # panel's rows, a row stride apart, at a time (a loop order, not a cache block)
 comptime PACK_ROWS = 8
 comptime PACK_B_BYTES = 16 * 1024 * 1024
+# leaf outer (fp32_v1.f32_block_kouter): a task whose B over all of k is more than one
+# packed chunk, visited leaf by leaf over all of its output, when the tree slots of that
+# output stay within KOUTER_SLOT_BYTES (a long k and a small output: 256 x 49152 x 576,
+# the gradient through an LM head, would otherwise pack its A once per column chunk)
+comptime KOUTER_SLOT_BYTES = 8 * 1024 * 1024
 comptime PANEL_OUTER_A_BYTES = 2 * 1024 * 1024
 # rows_f32 (decode shapes)
 comptime ROWS_MAX = 4
@@ -252,6 +257,7 @@ def block_table(p: CachePlan) -> List[Tuple[String, Int]]:
     t.append(("FAST_KC", FAST_KC))
     t.append(("PACK_B_BYTES", p.pack_b_bytes))
     t.append(("PANEL_OUTER_A_BYTES", p.panel_outer_a_bytes))
+    t.append(("KOUTER_SLOT_BYTES", KOUTER_SLOT_BYTES))
     t.append(("ROWS_MAX", ROWS_MAX))
     t.append(("TCHUNK", TCHUNK))
     t.append(("INT_ROWS_MAX", INT_ROWS_MAX))

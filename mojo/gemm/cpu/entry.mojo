@@ -20,7 +20,7 @@ from std.memory.alloc import unsafe_alloc
 from gemm.cpu.peak import fma_rounds
 from std.memory import bitcast
 from gemm.cpu.fp32_v1 import (GemmArgs, mode_leaf, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws,
-                              a_once_fits, a_shared_ws, pack_a_shared)
+                              f32_block_kouter, kouter_fits, a_once_fits, a_shared_ws, pack_a_shared)
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -72,7 +72,10 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     # per task (on a 2-core AMD EPYC Zen 5, v3 build: 1024^3 NN / NT / TN at 2 threads
     # spent about 3-5% of each task's time packing the whole of A)
     var a_shared = split_n and not small_m and t_count > 1 and a_once_fits(g.k, m)
-    var per_task = f32_small_ws(g, rows, cols) if small_m else f32_block_ws(g, rows, cols, False, False, a_shared)
+    # a long k and a small output: leaf by leaf over the task's whole block (f32_block_kouter)
+    var kouter = not small_m and not a_shared and kouter_fits(g, rows, cols)
+    var per_task = f32_small_ws(g, rows, cols) if small_m else f32_block_ws(g, rows, cols, False, False,
+                                                                             a_shared, kouter)
     var kparts = 1
     var nleaves = g.nleaves()
     var psplit = split_point(nleaves)
@@ -109,7 +112,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     if a_shared:
         run_tasks(pack_shared, t_count)
 
-    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm kparts, imm nleaves, imm psplit, imm apre}:
+    def work(t: Int) {imm g, imm t_count, imm split_n, imm small_m, imm rows_path, imm ws, imm per_task, imm kparts, imm nleaves, imm psplit, imm apre, imm kouter}:
         var w = ws.unsafe_offset(t * per_task)
         if rows_path:
             var kp = t % kparts
@@ -128,11 +131,16 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
                 f32_block_small_m(g, 0, g.m, b[0], b[1], w)
             elif apre != 0:
                 f32_block(g, 0, g.m, b[0], b[1], w, 0, True, apre=apre)
+            elif kouter:
+                f32_block_kouter(g, 0, g.m, b[0], b[1], w)
             else:
                 f32_block(g, 0, g.m, b[0], b[1], w)
         else:
             var b = chunk_bounds(g.m, t_count, t, MR)
-            f32_block(g, b[0], b[1], 0, g.n, w)
+            if kouter:
+                f32_block_kouter(g, b[0], b[1], 0, g.n, w)
+            else:
+                f32_block(g, b[0], b[1], 0, g.n, w)
 
     def root() {imm g, imm t_count, imm ws, imm per_task, imm kparts}:
         # the root of the tree when two tasks split it: C = ftz(left + right), the

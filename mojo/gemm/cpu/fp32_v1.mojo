@@ -11,7 +11,12 @@ tasks gives the same bits (contract 6.5). Per task:
         for each leaf p (k0 = p*L): pack A (mc x L)
           for each NR panel, each MR panel: micro-kernel (one leaf) + tree merge;
           tree slots of the whole mc x NC block
-Every tile sees its leaves in ascending order either way: the visit order of tiles is
+A task whose B over all of k exceeds one chunk and whose output's tree slots are small
+(kouter_fits: a long k, a small output) runs f32_block_kouter instead:
+  for each leaf p: pack B's leaf rows for all the task's columns
+    for each block of mc rows: pack A (mc x L); every tile's leaf + tree merge;
+    tree slots of the task's whole block
+Every tile sees its leaves in ascending order in each order: the visit order of tiles is
 all that differs, which no output can see.
 Workspace: the packed B chunk, the packed A block and the tree slots - packing panels
 only, bounded by the plan's pack_b_bytes. When the columns are split over several tasks
@@ -20,7 +25,7 @@ task a share of the rows, in a first parallel step) and every task reads that co
 """
 from std.memory.alloc import unsafe_alloc
 from common.ptr import F32Ptr
-from gemm.cpu.blocking import MR, NR, NV, W, FAST_KC, CachePlan, round_up
+from gemm.cpu.blocking import MR, NR, NV, W, FAST_KC, KOUTER_SLOT_BYTES, CachePlan, round_up
 from arith.tree import leaf_size, leaf_count, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
@@ -96,11 +101,35 @@ def _a_part(p: CachePlan, k: Int, i_rows: Int, L: Int, a_once: Bool) -> Int:
     return round_up(round_up(min(p.mc, i_rows), MR) * L, 16)
 
 
+def kouter_fits(g: GemmArgs, i_rows: Int, j_cols: Int) -> Bool:
+    """Whether a task of at most i_rows x j_cols (B packed here, A not packed once) runs
+    f32_block_kouter: its B over all of k is more than one packed chunk (the blocked
+    order would pack its A again for every chunk), it is visited leaf by leaf anyway
+    (not panel outer), and the tree slots of all its output stay within
+    KOUTER_SLOT_BYTES."""
+    var nleaves = g.nleaves()
+    if nleaves < 2 or panel_outer(g.plan, g.k, i_rows):
+        return False
+    if nc_for(g.plan, g.k, j_cols) >= round_up(j_cols, NR):
+        return False
+    return _kouter_slots(i_rows, j_cols, nleaves) * 4 <= KOUTER_SLOT_BYTES
+
+
+def _kouter_slots(i_rows: Int, j_cols: Int, nleaves: Int) -> Int:
+    return round_up(i_rows, MR) * round_up(j_cols, NR) * bit_length(nleaves)
+
+
 def f32_block_ws(g: GemmArgs, i_rows: Int, j_cols: Int, prepared: Bool = False,
-                 a_once: Bool = False, a_shared: Bool = False) -> Int:
+                 a_once: Bool = False, a_shared: Bool = False, kouter: Bool = False) -> Int:
     """Workspace floats f32_block needs for a block of i_rows x j_cols (no packed B
     chunk when B comes prepared; A over all of k when a_once; no A at all when
-    a_shared: the tasks read one copy, a_shared_ws, made by pack_a_shared)."""
+    a_shared: the tasks read one copy, a_shared_ws, made by pack_a_shared). kouter
+    (kouter_fits(g, i_rows, j_cols)): f32_block_kouter's, for any block up to that."""
+    if kouter:
+        var L = g.leaf
+        var bleaf = round_up(round_up(j_cols, NR) // NR * panel_stride(L), 16)
+        var apart = round_up(round_up(min(g.plan.mc, i_rows), MR) * L, 16)
+        return bleaf + apart + round_up(_kouter_slots(i_rows, j_cols, g.nleaves()), 16)
     var L = g.leaf
     var nleaves = g.nleaves()
     var nc_max = nc_for(g.plan, g.k, j_cols)
@@ -260,6 +289,54 @@ def f32_block(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Pt
                         finish_tile(acc, p, nleaves, levels, slots, level_stride, tile_off, cp, n, mr, nr)
             ic += MC
         jc += nc_max
+
+
+def f32_block_kouter(g: GemmArgs, i_lo: Int, i_hi: Int, j_lo: Int, j_hi: Int, ws: F32Ptr):
+    """f32_block's arithmetic visited leaf by leaf over the whole block (kouter_fits; the
+    workspace sized by f32_block_ws with kouter for a block at least this large): per
+    leaf, B's rows of that leaf packed once for all the block's columns, then per row
+    block A's leaf packed and every tile's leaf computed and merged; the tree slots
+    cover the whole block. A and B are each packed once; every tile still sees its
+    leaves in ascending order."""
+    var n = g.n
+    var k = g.k
+    if i_hi <= i_lo or j_hi <= j_lo:
+        return
+    var cptr = F32Ptr(unsafe_from_address=g.c)
+    var lda = g.m if g.trans_a else k
+    var ldb = k if g.trans_b else n
+    var L = g.leaf
+    var nleaves = g.nleaves()
+    var levels = bit_length(nleaves)
+    var MC = g.plan.mc
+    var ncols = j_hi - j_lo
+    var npan = (ncols + NR - 1) // NR
+    var mpan_all = (i_hi - i_lo + MR - 1) // MR
+    var bleaf = ws
+    var apack = ws.unsafe_offset(round_up(npan * panel_stride(L), 16))
+    var slots = apack.unsafe_offset(round_up(round_up(min(MC, i_hi - i_lo), MR) * L, 16))
+    var level_stride = mpan_all * MR * npan * NR
+    var acc = Acc(fill=SIMD[DType.float32, W](0))
+    for p in range(nleaves):
+        var k0 = p * L
+        var lk = min(L, k - k0)
+        pack_b_rows(g.b, g.b_bf16, g.trans_b, ldb, j_lo, ncols, k0, lk, bleaf)
+        var ic = i_lo
+        while ic < i_hi:
+            var mc = min(MC, i_hi - ic)
+            var mpan = (mc + MR - 1) // MR
+            var ip0 = (ic - i_lo) // MR
+            pack_a(g.a, g.a_bf16, g.trans_a, lda, ic, mc, k0, lk, apack)
+            for jp in range(npan):
+                var nr = min(NR, ncols - jp * NR)
+                var bp = bleaf.unsafe_offset(jp * panel_stride(lk))
+                for ip in range(mpan):
+                    var mr = min(MR, mc - ip * MR)
+                    _tile_leaf(g, apack.unsafe_offset(ip * MR * lk), bp, lk, p, nleaves, acc)
+                    var tile_off = (jp * mpan_all + ip0 + ip) * MR * NR
+                    var cp = cptr.unsafe_offset((ic + ip * MR) * n + j_lo + jp * NR)
+                    finish_tile(acc, p, nleaves, levels, slots, level_stride, tile_off, cp, n, mr, nr)
+            ic += MC
 
 
 @always_inline
