@@ -117,8 +117,8 @@ def test_a_packed_once_across_column_chunks(lay, threads):
     w = rnd(22, *((4096 + NR + 3, 300) if lay == "NT" else (300, 4096 + NR + 3)))
     got, exp = both(a, w, transpose_b=lay == "NT")
     assert_same_bits(got, exp, f"a once {lay}")
-    a = rnd(23, 2100, 1100)  # 2100 x 1100 float32 > 8 MiB: not packed once
-    w = rnd(24, *((40, 1100) if lay == "NT" else (1100, 40)))
+    a = rnd(23, 2100, 2100)  # 2100 x 2100 float32 > 16 MiB (A_ONCE_BYTES): not packed once
+    w = rnd(24, *((40, 2100) if lay == "NT" else (2100, 40)))
     got, exp = both(a, w, transpose_b=lay == "NT")
     assert_same_bits(got, exp, f"a per chunk {lay}")
 
