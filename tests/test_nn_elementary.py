@@ -69,6 +69,18 @@ def test_expf_rule_m14():
     _check("expf", x, MO.expf(x))
 
 
+def test_expf_daz_is_the_rule():
+    """M-14 in the form the CPU attention softmax runs (arith.elementary.expf_daz: the
+    intermediates' flushes left to DAZ under the contract floating-point state): the
+    oracle's bits on the edges and sweeps above and on every 997th float32 bit
+    pattern, as expf itself."""
+    x = np.concatenate([_exp_inputs(),
+                        np.arange(0, 1 << 32, 997, dtype=np.uint64).astype(np.uint32).view(F)])
+    want = MO.expf(x)
+    _check("expf_daz", x, want)
+    _check("expf", x, want)
+
+
 def test_logf_rule_m8():
     """M-8: logf across every normal exponent and at the sqrt(1/2) split."""
     rng = np.random.default_rng(8)

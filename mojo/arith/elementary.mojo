@@ -13,6 +13,7 @@ from std.math import fma, floor, sqrt as _hw_sqrt
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
 from arith.fp import _ftz, _fmaz, _is_nan, is_nan_bits, pow2_in_range, F32MIN_BITS, INF_BITS, QNAN_BITS, MAG_BITS, SIGN_BITS
+from common.fpstate import EXPLICIT_FLUSH
 
 
 
@@ -107,6 +108,66 @@ def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     y = x.lt(F(-87.33655)).select(F(0), y)
     var nan = _is_nan[w](x)
     return nan.select(x, y)
+
+
+@always_inline
+def _fma_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """_fmaz for an intermediate that only feeds float operations, under the contract
+    floating-point state: the flush left to DAZ (the next operation reads a subnormal as
+    the zero of its sign, which the flush would have given; FTZ off keeps every other
+    result). Explicit-flush build: _fmaz."""
+    comptime if EXPLICIT_FLUSH:
+        return _fmaz[w](a, b, c)
+    else:
+        return fma(a, b, c)
+
+
+@always_inline
+def _expf_daz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """_expf (M-14) for a CPU kernel under the contract floating-point state
+    (common.fpstate.enter_contract_mode): the same operations, the flushes of the
+    intermediates that only feed float operations left to DAZ (_fma_daz; the product
+    r * r still fenced, never contracted), the value that leaves flushed as in _expf.
+    Same bits as _expf there; the explicit-flush build runs _expf's flushes. Never on
+    the GPU (no DAZ there)."""
+    comptime F = SIMD[DType.float32, w]
+    var zf = floor(_fma_daz[w](x, F(1.4426950408889634), F(0.5)))
+    zf = min(max(zf, F(-127)), F(128))
+    var r = _fma_daz[w](zf, F(-0.693359375), x)
+    r = _fma_daz[w](zf, F(2.12194440e-4), r)
+    var q = F(1.9875691500e-4)
+    q = _fma_daz[w](q, r, F(1.3981999507e-3))
+    q = _fma_daz[w](q, r, F(8.3334519073e-3))
+    q = _fma_daz[w](q, r, F(4.1665795894e-2))
+    q = _fma_daz[w](q, r, F(1.6666665459e-1))
+    q = _fma_daz[w](q, r, F(5.0000001201e-1))
+    var rr: F
+    comptime if EXPLICIT_FLUSH:
+        rr = _mul[w](r, r)
+    else:
+        rr = llvm_intrinsic["llvm.arithmetic.fence", F](r * r)
+    var y = _fma_daz[w](q, rr, r)
+    comptime if EXPLICIT_FLUSH:
+        y = _ftz[w](y + F(1))
+    else:
+        y = y + F(1)
+    var k = zf.cast[DType.int32]()
+    var k1 = k >> 1
+    y = _mul[w](y, pow2_in_range[w](k1))
+    y = _mul[w](y, pow2_in_range[w](k - k1))
+    var yb = bitcast[DType.uint32, w](y)
+    y = (yb & MAG_BITS).lt(F32MIN_BITS).select(F(0), y)
+    y = x.gt(F(88.722835)).select(F(bitcast[DType.float32, 1](INF_BITS)[0]), y)
+    y = x.lt(F(-87.33655)).select(F(0), y)
+    var nan = _is_nan[w](x)
+    return nan.select(x, y)
+
+
+@always_inline
+def expf_daz(x: SIMD) -> type_of(x):
+    """expf (M-14) for a CPU kernel under the contract floating-point state: _expf_daz."""
+    comptime w = x.length
+    return rebind[type_of(x)](_expf_daz[w](rebind[SIMD[DType.float32, w]](x)))
 
 
 @always_inline

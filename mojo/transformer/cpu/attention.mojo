@@ -21,7 +21,7 @@ from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
-from arith.elementary import mul, sqrt_rn_pos, expf
+from arith.elementary import mul, sqrt_rn_pos, expf, expf_daz
 from arith.quant import row_exponent, quant_scale, codes, INT15_SHIFT, INT15_CMAX
 from arith.tree import leaf_size, leaf_count, chain_step_daz, serial_add_daz, tree_add
 
@@ -456,10 +456,10 @@ def _softmax_exp(s: F32Ptr, n: Int, p: Int):
     var negmx = FW(-mx[0])
     j = 0
     while j + W <= n:
-        s.unsafe_store(j, ftz(expf(ftz(s.unsafe_load[width=W](j) + negmx))))
+        s.unsafe_store(j, ftz(expf_daz(ftz(s.unsafe_load[width=W](j) + negmx))))
         j += W
     while j < n:
-        s.unsafe_store(j, ftz(expf(ftz(F1(s.unsafe_load(j)) + F1(negmx[0]))))[0])
+        s.unsafe_store(j, ftz(expf_daz(ftz(F1(s.unsafe_load(j)) + F1(negmx[0]))))[0])
         j += 1
 
 

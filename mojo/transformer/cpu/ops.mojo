@@ -13,7 +13,7 @@ from std.sys import simd_width_of
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from arith.fp import ftz, is_nan, daz_in, widen_exact, sub_unflushed, order_key, of_order_key
 from arith.tree import chain_step_daz, serial_add_daz
-from arith.elementary import mul, sqrt_rn, expf, logf, powf, sin_cos
+from arith.elementary import mul, sqrt_rn, expf, expf_daz, logf, powf, sin_cos
 from common.ptr import U32Ptr, U16Ptr, I8Ptr
 from arith.bf16 import widen
 from arith.quant import scale_code_pow2
@@ -191,7 +191,8 @@ def add_rows(x: F32Ptr, ldx: Int, y: F32Ptr, ldy: Int, dst: F32Ptr, ldo: Int, n:
 # ------------------------------------------------------------------ M-5 .. M-14 elementwise (tests)
 def elementwise(op: Int, src: F32Ptr, dst: F32Ptr, n0: Int, n1: Int):
     """The arithmetic layer's functions over an array (the tests check each against
-    its oracle): 0 expf, 1 logf, 2 sin, 3 cos, 4 sqrt."""
+    its oracle): 0 expf, 1 logf, 2 sin, 3 cos, 4 sqrt, 5 expf_daz (the attention
+    softmax's form: run_tasks holds the contract floating-point state)."""
     for j in range(n0, n1):
         var x = daz_in(F1(src.unsafe_load(j)))
         var y: F1
@@ -203,6 +204,8 @@ def elementwise(op: Int, src: F32Ptr, dst: F32Ptr, n0: Int, n1: Int):
             y = sin_cos(x)[0]
         elif op == 3:
             y = sin_cos(x)[1]
+        elif op == 5:
+            y = ftz(expf_daz(x))
         else:
             y = sqrt_rn(x)
         dst.unsafe_store(j, y[0])

@@ -211,7 +211,7 @@ def attention(q, ldq: int, kt, v, out, batch: int, length: int, n_heads: int, n_
     return out
 
 
-ELEMENTWISE = {"expf": 0, "logf": 1, "sin": 2, "cos": 3, "sqrt": 4}
+ELEMENTWISE = {"expf": 0, "logf": 1, "sin": 2, "cos": 3, "sqrt": 4, "expf_daz": 5}
 
 
 def elementwise(op: str, x):
