@@ -81,36 +81,6 @@ def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 
 @always_inline
-def _expf[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """Rule: M-14
-    Cephes expf with the ln2 split, two exact scalings, +0 below FLT_MIN."""
-    comptime F = SIMD[DType.float32, w]
-    var zf = floor(_fmaz[w](x, F(1.4426950408889634), F(0.5)))
-    # keep zf in range for the lanes the tests below replace anyway
-    zf = min(max(zf, F(-127)), F(128))
-    var r = _fmaz[w](zf, F(-0.693359375), x)
-    r = _fmaz[w](zf, F(2.12194440e-4), r)
-    var q = F(1.9875691500e-4)
-    q = _fmaz[w](q, r, F(1.3981999507e-3))
-    q = _fmaz[w](q, r, F(8.3334519073e-3))
-    q = _fmaz[w](q, r, F(4.1665795894e-2))
-    q = _fmaz[w](q, r, F(1.6666665459e-1))
-    q = _fmaz[w](q, r, F(5.0000001201e-1))
-    var y = _fmaz[w](q, _mul[w](r, r), r)
-    y = _ftz[w](y + F(1))
-    var k = zf.cast[DType.int32]()
-    var k1 = k >> 1
-    y = _mul[w](y, pow2_in_range[w](k1))
-    y = _mul[w](y, pow2_in_range[w](k - k1))
-    var yb = bitcast[DType.uint32, w](y)
-    y = (yb & MAG_BITS).lt(F32MIN_BITS).select(F(0), y)
-    y = x.gt(F(88.722835)).select(F(bitcast[DType.float32, 1](INF_BITS)[0]), y)
-    y = x.lt(F(-87.33655)).select(F(0), y)
-    var nan = _is_nan[w](x)
-    return nan.select(x, y)
-
-
-@always_inline
 def _fma_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     """_fmaz for an intermediate that only feeds float operations, under the contract
     floating-point state: the flush left to DAZ (the next operation reads a subnormal as
@@ -123,34 +93,45 @@ def _fma_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SI
 
 
 @always_inline
-def _expf_daz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """_expf (M-14) for a CPU kernel under the contract floating-point state
-    (common.fpstate.enter_contract_mode): the same operations, the flushes of the
-    intermediates that only feed float operations left to DAZ (_fma_daz; the product
-    r * r still fenced, never contracted), the value that leaves flushed as in _expf.
-    Same bits as _expf there; the explicit-flush build runs _expf's flushes. Never on
-    the GPU (no DAZ there)."""
+def _fma_step[w: Int, DAZ: Bool](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """An intermediate fma of a function with a DAZ form: _fma_daz in that form, else
+    _fmaz."""
+    comptime if DAZ:
+        return _fma_daz[w](a, b, c)
+    else:
+        return _fmaz[w](a, b, c)
+
+
+@always_inline
+def _expf[w: Int, DAZ: Bool = False](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """Rule: M-14
+    Cephes expf with the ln2 split, two exact scalings, +0 below FLT_MIN. DAZ: the form
+    for a CPU kernel under the contract floating-point state (expf_daz): the flushes of
+    the intermediates that only feed float operations left to DAZ (_fma_daz; the
+    product r * r still fenced, never contracted), the same bits there; the
+    explicit-flush build flushes them anyway. Never DAZ on the GPU."""
     comptime F = SIMD[DType.float32, w]
-    var zf = floor(_fma_daz[w](x, F(1.4426950408889634), F(0.5)))
+    var zf = floor(_fma_step[w, DAZ](x, F(1.4426950408889634), F(0.5)))
+    # keep zf in range for the lanes the tests below replace anyway
     zf = min(max(zf, F(-127)), F(128))
-    var r = _fma_daz[w](zf, F(-0.693359375), x)
-    r = _fma_daz[w](zf, F(2.12194440e-4), r)
+    var r = _fma_step[w, DAZ](zf, F(-0.693359375), x)
+    r = _fma_step[w, DAZ](zf, F(2.12194440e-4), r)
     var q = F(1.9875691500e-4)
-    q = _fma_daz[w](q, r, F(1.3981999507e-3))
-    q = _fma_daz[w](q, r, F(8.3334519073e-3))
-    q = _fma_daz[w](q, r, F(4.1665795894e-2))
-    q = _fma_daz[w](q, r, F(1.6666665459e-1))
-    q = _fma_daz[w](q, r, F(5.0000001201e-1))
+    q = _fma_step[w, DAZ](q, r, F(1.3981999507e-3))
+    q = _fma_step[w, DAZ](q, r, F(8.3334519073e-3))
+    q = _fma_step[w, DAZ](q, r, F(4.1665795894e-2))
+    q = _fma_step[w, DAZ](q, r, F(1.6666665459e-1))
+    q = _fma_step[w, DAZ](q, r, F(5.0000001201e-1))
     var rr: F
-    comptime if EXPLICIT_FLUSH:
-        rr = _mul[w](r, r)
-    else:
+    comptime if DAZ and not EXPLICIT_FLUSH:
         rr = llvm_intrinsic["llvm.arithmetic.fence", F](r * r)
-    var y = _fma_daz[w](q, rr, r)
-    comptime if EXPLICIT_FLUSH:
-        y = _ftz[w](y + F(1))
     else:
+        rr = _mul[w](r, r)
+    var y = _fma_step[w, DAZ](q, rr, r)
+    comptime if DAZ and not EXPLICIT_FLUSH:
         y = y + F(1)
+    else:
+        y = _ftz[w](y + F(1))
     var k = zf.cast[DType.int32]()
     var k1 = k >> 1
     y = _mul[w](y, pow2_in_range[w](k1))
@@ -161,13 +142,6 @@ def _expf_daz[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
     y = x.lt(F(-87.33655)).select(F(0), y)
     var nan = _is_nan[w](x)
     return nan.select(x, y)
-
-
-@always_inline
-def expf_daz(x: SIMD) -> type_of(x):
-    """expf (M-14) for a CPU kernel under the contract floating-point state: _expf_daz."""
-    comptime w = x.length
-    return rebind[type_of(x)](_expf_daz[w](rebind[SIMD[DType.float32, w]](x)))
 
 
 @always_inline
@@ -286,6 +260,14 @@ def sqrt_rn_pos(x: SIMD) -> type_of(x):
 def expf(x: SIMD) -> type_of(x):
     comptime w = x.length
     return rebind[type_of(x)](_expf[w](rebind[SIMD[DType.float32, w]](x)))
+
+
+@always_inline
+def expf_daz(x: SIMD) -> type_of(x):
+    """expf (M-14) for a CPU kernel under the contract floating-point state (_expf's
+    DAZ form)."""
+    comptime w = x.length
+    return rebind[type_of(x)](_expf[w, True](rebind[SIMD[DType.float32, w]](x)))
 
 
 @always_inline

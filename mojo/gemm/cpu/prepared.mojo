@@ -19,7 +19,7 @@ from common.ptr import F32Ptr
 from common.workspace import ws_take, ws_request
 from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
-from gemm.cpu.blocking import MR, NR, NV, KU, SMALL_M, W, ROWS_MAX, round_up, cache_plan
+from gemm.cpu.blocking import MR, NR, NV, SMALL_M, W, ROWS_MAX, round_up, cache_plan
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes, load_w, widen_panels,
                                   pack_bf16_panels, pack_i8_panels)

@@ -21,7 +21,7 @@ from std.sys import simd_width_of
 from std.collections import Array
 from common.ptr import F32Ptr, U32Ptr, I32Ptr, I64Ptr
 from arith.fp import ftz, is_nan, pow2f, NEG_FLT_MAX_BITS, QNAN_BITS
-from arith.elementary import mul, sqrt_rn_pos, expf, expf_daz
+from arith.elementary import mul, sqrt_rn_pos, expf_daz
 from arith.quant import row_exponent, quant_scale, codes, INT15_SHIFT, INT15_CMAX
 from arith.tree import leaf_size, leaf_count, chain_step_daz, serial_add_daz, tree_add
 
@@ -426,7 +426,8 @@ def _tree[kb: Int](mut parts: Array[SIMD[DType.float32, W], KB * MAX_LEAVES], nl
 
 def _softmax_exp(s: F32Ptr, n: Int, p: Int):
     """M-12, M-13 on s[0..n): mask (add +0 or -FLT_MAX), row max (NaN -> quiet NaN),
-    e_j = expf(add(s_j, -mx)); _serial_sums and _softmax_div finish M-14."""
+    e_j = expf(add(s_j, -mx)) (expf_daz: this runs under the contract floating-point
+    state); _serial_sums and _softmax_div finish M-14."""
     var negw = FW(bitcast[DType.float32, 1](SIMD[DType.uint32, 1](NEG_FLT_MAX_BITS))[0])
     var ninf = bitcast[DType.float32, 1](SIMD[DType.uint32, 1](0xFF800000))[0]
     var mxv = FW(ninf)
