@@ -81,23 +81,13 @@ def _sqrt_rn[w: Int](x: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
 
 
 @always_inline
-def _fma_daz[w: Int](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """_fmaz for an intermediate that only feeds float operations, under the contract
-    floating-point state: the flush left to DAZ (the next operation reads a subnormal as
+def _fma_step[w: Int, LEAVE: Bool](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
+    """An intermediate fma: _fmaz, or with LEAVE the bare fma, its flush left to DAZ
+    under the contract floating-point state (the next operation reads a subnormal as
     the zero of its sign, which the flush would have given; FTZ off keeps every other
-    result). Explicit-flush build: _fmaz."""
-    comptime if EXPLICIT_FLUSH:
-        return _fmaz[w](a, b, c)
-    else:
+    result)."""
+    comptime if LEAVE:
         return fma(a, b, c)
-
-
-@always_inline
-def _fma_step[w: Int, DAZ: Bool](a: SIMD[DType.float32, w], b: SIMD[DType.float32, w], c: SIMD[DType.float32, w]) -> SIMD[DType.float32, w]:
-    """An intermediate fma of a function with a DAZ form: _fma_daz in that form, else
-    _fmaz."""
-    comptime if DAZ:
-        return _fma_daz[w](a, b, c)
     else:
         return _fmaz[w](a, b, c)
 
@@ -107,28 +97,29 @@ def _expf[w: Int, DAZ: Bool = False](x: SIMD[DType.float32, w]) -> SIMD[DType.fl
     """Rule: M-14
     Cephes expf with the ln2 split, two exact scalings, +0 below FLT_MIN. DAZ: the form
     for a CPU kernel under the contract floating-point state (expf_daz): the flushes of
-    the intermediates that only feed float operations left to DAZ (_fma_daz; the
+    the intermediates that only feed float operations left to DAZ (_fma_step; the
     product r * r still fenced, never contracted), the same bits there; the
     explicit-flush build flushes them anyway. Never DAZ on the GPU."""
     comptime F = SIMD[DType.float32, w]
-    var zf = floor(_fma_step[w, DAZ](x, F(1.4426950408889634), F(0.5)))
+    comptime LEAVE = DAZ and not EXPLICIT_FLUSH
+    var zf = floor(_fma_step[w, LEAVE](x, F(1.4426950408889634), F(0.5)))
     # keep zf in range for the lanes the tests below replace anyway
     zf = min(max(zf, F(-127)), F(128))
-    var r = _fma_step[w, DAZ](zf, F(-0.693359375), x)
-    r = _fma_step[w, DAZ](zf, F(2.12194440e-4), r)
+    var r = _fma_step[w, LEAVE](zf, F(-0.693359375), x)
+    r = _fma_step[w, LEAVE](zf, F(2.12194440e-4), r)
     var q = F(1.9875691500e-4)
-    q = _fma_step[w, DAZ](q, r, F(1.3981999507e-3))
-    q = _fma_step[w, DAZ](q, r, F(8.3334519073e-3))
-    q = _fma_step[w, DAZ](q, r, F(4.1665795894e-2))
-    q = _fma_step[w, DAZ](q, r, F(1.6666665459e-1))
-    q = _fma_step[w, DAZ](q, r, F(5.0000001201e-1))
+    q = _fma_step[w, LEAVE](q, r, F(1.3981999507e-3))
+    q = _fma_step[w, LEAVE](q, r, F(8.3334519073e-3))
+    q = _fma_step[w, LEAVE](q, r, F(4.1665795894e-2))
+    q = _fma_step[w, LEAVE](q, r, F(1.6666665459e-1))
+    q = _fma_step[w, LEAVE](q, r, F(5.0000001201e-1))
     var rr: F
-    comptime if DAZ and not EXPLICIT_FLUSH:
+    comptime if LEAVE:
         rr = llvm_intrinsic["llvm.arithmetic.fence", F](r * r)
     else:
         rr = _mul[w](r, r)
-    var y = _fma_step[w, DAZ](q, rr, r)
-    comptime if DAZ and not EXPLICIT_FLUSH:
+    var y = _fma_step[w, LEAVE](q, rr, r)
+    comptime if LEAVE:
         y = y + F(1)
     else:
         y = _ftz[w](y + F(1))
