@@ -96,7 +96,12 @@ comptime PACK_B_BYTES = 16 * 1024 * 1024
 # output stay within KOUTER_SLOT_BYTES (a long k and a small output: 256 x 49152 x 576,
 # the gradient through an LM head, would otherwise pack its A once per column chunk)
 comptime KOUTER_SLOT_BYTES = 8 * 1024 * 1024
-comptime PANEL_OUTER_A_BYTES = 2 * 1024 * 1024
+# AVX2 (v3): 256 KiB. Once the leaf-by-leaf order prefetched the next column panel's
+# B (fp32_v1.f32_block), it beat the panel-outer order wherever A over all of k spills
+# L2 (AMD EPYC Zen 2, alternating processes: 1 thread, M = N = 1024, k = 1024 90 -> 94
+# and k = 2048 87 -> 93 GFLOP/s; 2 threads, 2048^3 168-170 -> 178-181 GFLOP/s, NN, NT
+# and TN). AVX-512 builds keep 2 MiB (not measured: no such CPU here)
+comptime PANEL_OUTER_A_BYTES = 256 * 1024 if W == 8 else 2 * 1024 * 1024
 # rows_f32 (decode shapes)
 comptime ROWS_MAX = 4
 comptime PF_ROWS = 1
