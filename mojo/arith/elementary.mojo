@@ -353,18 +353,19 @@ def softplus(x: SIMD) -> type_of(x):
 
 # ---------------------------------------------------------------- training
 @always_inline
-def silu_mul_bwd[w: Int](g: SIMD[DType.float32, w], u: SIMD[DType.float32, w],
+def silu_mul_bwd[w: Int, DAZ: Bool = False](g: SIMD[DType.float32, w], u: SIMD[DType.float32, w],
                          dp: SIMD[DType.float32, w]) -> Tuple[SIMD[DType.float32, w], SIMD[DType.float32, w]]:
     """T-52 (contracts/ops/IDENTICAL_TRAIN_CONTRACT.md): the backward of p = mul(silu(g), u)
     for the gradient dp, operands read flushed, every step flushed:
     den = add(expf(neg(g)), 1); s = div(g, den) (the forward's SiLU); sg = div(1, den);
     ds = mul(sg, add(1, mul(g, sub(1, sg)))); dg = mul(mul(dp, u), ds); du = mul(dp, s).
-    Returns (dg, du)."""
+    Returns (dg, du). DAZ: expf in its DAZ form (expf_daz), for a CPU kernel under the
+    contract floating-point state."""
     comptime F = SIMD[DType.float32, w]
     var gz = _ftz[w](g)
     var uz = _ftz[w](u)
     var dz = _ftz[w](dp)
-    var den = _ftz[w](_ftz[w](_expf[w](-gz)) + F(1))
+    var den = _ftz[w](_expf[w, DAZ](-gz) + F(1))
     var s = _ftz[w](gz / den)
     var sg = _ftz[w](F(1) / den)
     var ds = _mul[w](sg, _ftz[w](F(1) + _mul[w](gz, _ftz[w](F(1) - sg))))

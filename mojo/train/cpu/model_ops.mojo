@@ -130,21 +130,22 @@ def _softmax_bwd_out(pr: F32Ptr, dpr: F32Ptr, ds: F32Ptr, n: Int, scale: Float32
 
 def silu_mul_bwd_rows(gu: F32Ptr, ldgu: Int, dp: F32Ptr, ldp: Int, dgu: F32Ptr, ff: Int, r0: Int, r1: Int):
     """T-52: the gated MLP's backward, p = mul(silu(g), u): rows r0 .. r1 of gu (g in
-    columns 0 .. ff, u in ff .. 2ff) and dp (rows, ff) give dgu (rows, 2ff)."""
+    columns 0 .. ff, u in ff .. 2ff) and dp (rows, ff) give dgu (rows, 2ff). Its expf
+    is the DAZ form (run_tasks holds the contract floating-point state)."""
     for r in range(r0, r1):
         var gr = gu.unsafe_offset(r * ldgu)
         var dr = dp.unsafe_offset(r * ldp)
         var o = dgu.unsafe_offset(r * 2 * ff)
         var j = 0
         while j + W <= ff:
-            var res = silu_mul_bwd[W](gr.unsafe_load[width=W](j), gr.unsafe_load[width=W](ff + j),
-                                   dr.unsafe_load[width=W](j))
+            var res = silu_mul_bwd[W, True](gr.unsafe_load[width=W](j), gr.unsafe_load[width=W](ff + j),
+                                            dr.unsafe_load[width=W](j))
             o.unsafe_store(j, res[0])
             o.unsafe_store(ff + j, res[1])
             j += W
         while j < ff:
-            var res = silu_mul_bwd[1](F1(gr.unsafe_load(j)), F1(gr.unsafe_load(ff + j)),
-                                   F1(dr.unsafe_load(j)))
+            var res = silu_mul_bwd[1, True](F1(gr.unsafe_load(j)), F1(gr.unsafe_load(ff + j)),
+                                            F1(dr.unsafe_load(j)))
             o.unsafe_store(j, res[0][0])
             o.unsafe_store(ff + j, res[1][0])
             j += 1

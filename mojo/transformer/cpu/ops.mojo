@@ -147,6 +147,9 @@ def rope_rows(
 
 # ------------------------------------------------------------------ M-17 SiLU gate product
 def silu_mul_rows(g: F32Ptr, u: F32Ptr, ld_in: Int, dst: F32Ptr, ld_out: Int, n: Int, r0: Int, r1: Int):
+    """M-17: dst = mul(silu(g), u), silu(x) = div(x, add(expf(neg(x)), 1)); expf in its
+    DAZ form (expf_daz: run_tasks holds the contract floating-point state), as in the
+    softmaxes below."""
     for r in range(r0, r1):
         var gr = g.unsafe_offset(r * ld_in)
         var ur = u.unsafe_offset(r * ld_in)
@@ -157,17 +160,17 @@ def silu_mul_rows(g: F32Ptr, u: F32Ptr, ld_in: Int, dst: F32Ptr, ld_out: Int, n:
         comptime W4 = 4 * W
         while j + W4 <= n:
             var x = daz_in(gr.unsafe_load[width=W4](j))
-            var s = ftz(x / ftz(ftz(expf(-x)) + SIMD[DType.float32, W4](1)))
+            var s = ftz(x / ftz(expf_daz(-x) + SIMD[DType.float32, W4](1)))
             o.unsafe_store(j, ftz(mul(s, daz_in(ur.unsafe_load[width=W4](j)))))
             j += W4
         while j + W <= n:
             var x = daz_in(gr.unsafe_load[width=W](j))
-            var s = ftz(x / ftz(ftz(expf(-x)) + FW(1)))
+            var s = ftz(x / ftz(expf_daz(-x) + FW(1)))
             o.unsafe_store(j, ftz(mul(s, daz_in(ur.unsafe_load[width=W](j)))))
             j += W
         while j < n:
             var x = daz_in(gr.unsafe_load[width=1](j))
-            var s = ftz(x / ftz(ftz(expf(-x)) + F1(1)))
+            var s = ftz(x / ftz(expf_daz(-x) + F1(1)))
             o.unsafe_store(j, ftz(mul(s, daz_in(ur.unsafe_load[width=1](j)))))
             j += 1
 
@@ -249,13 +252,13 @@ def softmax_rows(x: F32Ptr, dst: F32Ptr, n: Int, log: Bool, r0: Int, r1: Int):
         var den = F1(0)
         j = 0
         while j + W <= n:
-            var e = ftz(expf(ftz(ftz(xr.unsafe_load[width=W](j)) + negmx)))
+            var e = expf_daz(ftz(ftz(xr.unsafe_load[width=W](j)) + negmx))
             o.unsafe_store(j, e)
             comptime for l in range(W):
                 den = serial_add_daz[1](den, F1(e[l]))
             j += W
         while j < n:
-            var e = ftz(expf(ftz(ftz(F1(xr.unsafe_load(j))) + F1(negmx[0]))))
+            var e = expf_daz(ftz(ftz(F1(xr.unsafe_load(j))) + F1(negmx[0])))
             o.unsafe_store(j, e[0])
             den = serial_add_daz[1](den, e)
             j += 1
@@ -336,9 +339,9 @@ def sample_rows(x: F32Ptr, n: Int, r: Int, picks: I64Ptr, e: F32Ptr, r0: Int, r1
             var mx = of_order_key(km)
             var mxw = FW(mx)
             for j in range(0, nv, W):
-                e.unsafe_store(j, expf(daz_in(sub_unflushed[W](row.unsafe_load[width=W](j), mxw))))
+                e.unsafe_store(j, expf_daz(daz_in(sub_unflushed[W](row.unsafe_load[width=W](j), mxw))))
             for j in range(nv, n):
-                e.unsafe_store(j, expf(daz_in(sub_unflushed[1](F1(row.unsafe_load(j)), F1(mx))))[0])
+                e.unsafe_store(j, expf_daz(daz_in(sub_unflushed[1](F1(row.unsafe_load(j)), F1(mx))))[0])
             var total = Float64(0)
             for j in range(n):
                 total = total + widen_exact[1](F1(e.unsafe_load(j)))[0]
