@@ -70,9 +70,10 @@ def test_expf_rule_m14():
 
 
 def test_expf_daz_is_the_rule():
-    """M-14 in the form the CPU attention softmax runs (arith.elementary.expf_daz: the
-    intermediates' flushes left to DAZ under the contract floating-point state): the
-    oracle's bits on the edges and sweeps above and on every 997th float32 bit
+    """M-14 in the form the CPU kernels run under the contract floating-point state
+    (arith.elementary.expf_daz: the intermediates' flushes left to DAZ; the softmaxes,
+    SiLU, the cross entropy and sampling store its result with no flush of their own):
+    the oracle's bits on the edges and sweeps above and on every 997th float32 bit
     pattern, as expf itself."""
     x = np.concatenate([_exp_inputs(),
                         np.arange(0, 1 << 32, 997, dtype=np.uint64).astype(np.uint32).view(F)])

@@ -457,10 +457,10 @@ def _softmax_exp(s: F32Ptr, n: Int, p: Int):
     var negmx = FW(-mx[0])
     j = 0
     while j + W <= n:
-        s.unsafe_store(j, ftz(expf_daz(ftz(s.unsafe_load[width=W](j) + negmx))))
+        s.unsafe_store(j, expf_daz(ftz(s.unsafe_load[width=W](j) + negmx)))
         j += W
     while j < n:
-        s.unsafe_store(j, ftz(expf_daz(ftz(F1(s.unsafe_load(j)) + F1(negmx[0]))))[0])
+        s.unsafe_store(j, expf_daz(ftz(F1(s.unsafe_load(j)) + F1(negmx[0])))[0])
         j += 1
 
 
