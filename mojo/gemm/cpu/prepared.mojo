@@ -131,6 +131,15 @@ def rows_prepared_ws(g: GemmArgs) -> Int:
     return round_up(MR * g.k, 16) + RSLOT * max(bit_length(nleaves), 1)
 
 
+# whether a decode leaf of float32 panels prefetches its panel streams PF_FLOATS ahead
+# (a hint: no value changes), as the low-bit panels' leaves do. Not on AVX2 (three vectors a
+# step): there the hardware prefetcher alone streams them faster. AMD EPYC Zen 2, v3,
+# 1 x 4096 x 4096 prepared, alternating processes: 1 thread 4.1-4.3 -> 3.4-3.6 ms,
+# 2 threads 2.2-2.9 -> 1.9-2.5 ms; the int8 panels (1 thread 1.20 against 1.30 ms)
+# keep it, the bf16 panels were the same either way and keep it
+comptime PF_ROWS_F32 = W != 8
+
+
 @always_inline
 def _rows_leaf[R: Int, P: Int, FMT: Int = PANELS_F32](
     a: F32Ptr, b: Int, pstride: Int, lk: Int, sc: Array[SIMD[DType.float32, W], SCV], mut acc: RAcc
@@ -146,11 +155,12 @@ def _rows_leaf[R: Int, P: Int, FMT: Int = PANELS_F32](
     comptime for q in range(R * P * NV):
         acc[q] = SIMD[DType.float32, W](0)
     for kk in range(lk):
-        comptime for pp in range(P):
-            comptime for l in range(max(1, NR * EB // 64)):
-                prefetch[PrefetchOptions().for_read().high_locality()](
-                    Pointer[UInt8, MutAnyOrigin](unsafe_from_address=b).unsafe_offset(
-                        (pp * pstride + kk * NR + PF) * EB + l * 64))
+        comptime if FMT != PANELS_F32 or PF_ROWS_F32:
+            comptime for pp in range(P):
+                comptime for l in range(max(1, NR * EB // 64)):
+                    prefetch[PrefetchOptions().for_read().high_locality()](
+                        Pointer[UInt8, MutAnyOrigin](unsafe_from_address=b).unsafe_offset(
+                            (pp * pstride + kk * NR + PF) * EB + l * 64))
         var bv = Array[SIMD[DType.float32, W], P * NV](fill=SIMD[DType.float32, W](0))
         comptime for pp in range(P):
             comptime for v in range(NV):
