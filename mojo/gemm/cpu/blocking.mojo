@@ -19,7 +19,8 @@ fp32.v1 / bf16f32.v1 (fp32_v1.mojo, ukernel_f32.mojo, pack_f32.mojo)
             are packed across every panel at a time (A stored (k, m), B stored (k, n))
 rows_f32.mojo (m <= ROWS_MAX, decode shapes)
     TCHUNK  NT columns transposed per chunk (NTG groups of 16; the fused NT leaf holds
-            TCHUNK / W register groups of W lanes); PF_ROWS rows prefetched
+            TCHUNK / W register groups of W lanes); RKB rows of B a pass of the
+            rows kernel over the columns
 integer GEMMs (int_gemm.mojo, ukernel_int.mojo, pack_int.mojo: the VNNI path)
     IMR x INR a B panel's tile (INV vectors of IW int32 lanes); int8 runs two panels
             at once (IMR x 2 * INR), int15 both planes of one; at most IMC rows per A
@@ -104,7 +105,12 @@ comptime KOUTER_SLOT_BYTES = 8 * 1024 * 1024
 comptime PANEL_OUTER_A_BYTES = 256 * 1024 if W == 8 else 2 * 1024 * 1024
 # rows_f32 (decode shapes)
 comptime ROWS_MAX = 4
-comptime PF_ROWS = 1
+# rows of B one pass of rows_f32._leaf_rows takes over the columns: every accumulator
+# is loaded and stored once per RKB steps instead of once per step, and nothing is
+# prefetched (a prefetch of the next rows made it slower). AMD EPYC Zen 2 (v3),
+# alternating processes, B stored (k, n), 1 thread: 1 x 4096 x 4096 6.0-6.7 -> 3.6-4.1
+# ms, 4 x 4096 x 4096 7.5-9.0 -> 4.8-5.5 ms, 1 x 49152 x 576 10.0-12.0 -> 6.0-7.6 ms
+comptime RKB = 4
 comptime NTG = 2
 comptime TCHUNK = 16 * NTG
 

@@ -3,13 +3,14 @@
 Same arithmetic as the micro-kernel path (contract 6.3/6.4): per output, one
 sequential chain of arith.tree.chain_step_daz per leaf from +0, leaves merged by
 the binary-counter tree.
-Only the loop order differs: B is streamed row by row (kk outer, columns inner),
-which is how B arrives in memory in the NN layout (no packing at all); in the NT
-layout each leaf's B block is transposed in chunks of TCHUNK columns first. The
-per-output leaf accumulators live in a small L1 buffer instead of registers.
+Only the loop order differs: B is streamed RKB rows at a time (kk outer, columns
+inner), which is how B arrives in memory in the NN layout (no packing at all); in
+the NT layout each leaf's B block is transposed in chunks of TCHUNK columns first.
+The per-output leaf accumulators live in a small L1 buffer instead of registers,
+each loaded once, stepped RKB times in registers and stored once a pass.
 """
 from common.ptr import F32Ptr, U16Ptr
-from gemm.cpu.blocking import W, round_up, ROWS_MAX, PF_ROWS, TCHUNK
+from gemm.cpu.blocking import W, round_up, ROWS_MAX, RKB, TCHUNK
 from arith.fp import ftz
 from arith.bf16 import widen
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
@@ -41,16 +42,43 @@ def _leaf_rows[R: Int](
     brows: F32Ptr, bld: Int,
 ):
     """acc[i][0:nc] (+)= the leaf's chains; B row kk (of this leaf) at brows + (kk-k0)*bld.
-    acc is cleared first unless the caller continues a leaf over a column chunk."""
+    acc is cleared first unless the caller continues a leaf over a column chunk.
+    RKB rows of B a pass over the columns: each output's accumulator is loaded once,
+    takes the RKB steps in ascending kk in registers and is stored once (the same
+    chain, one fma per kk)."""
     var nvec = nc // W
-    for kk in range(k0, k0 + lk):
+    var kend = k0 + lk
+    var kk = k0
+    while kk + RKB <= kend:
+        var av = SIMD[DType.float32, 4 * RKB](0)
+        comptime for u in range(RKB):
+            comptime for i in range(R):
+                av[u * 4 + i] = _a_at(g, i_lo + i, kk + u)
+        var row = brows.unsafe_offset((kk - k0) * bld)
+        for v in range(nvec):
+            var bv = Array[SIMD[DType.float32, W], RKB](fill=SIMD[DType.float32, W](0))
+            comptime for u in range(RKB):
+                bv[u] = row.unsafe_load[width=W](u * bld + v * W)
+            comptime for i in range(R):
+                var p = acc.unsafe_offset(i * stride + v * W)
+                var x = p.unsafe_load[width=W](0)
+                comptime for u in range(RKB):
+                    x = chain_step_daz[W](SIMD[DType.float32, W](av[u * 4 + i]), bv[u], x)
+                p.unsafe_store(0, x)
+        for j in range(nvec * W, nc):
+            comptime for i in range(R):
+                var p = acc.unsafe_offset(i * stride + j)
+                var x = p.unsafe_load(0)
+                comptime for u in range(RKB):
+                    x = chain_step_daz[1](av[u * 4 + i], row.unsafe_load(u * bld + j), x)
+                p.unsafe_store(0, x)
+        kk += RKB
+    while kk < kend:
         var av = SIMD[DType.float32, 4](0)
         comptime for i in range(R):
             av[i] = _a_at(g, i_lo + i, kk)
         var row = brows.unsafe_offset((kk - k0) * bld)
-        var ahead = row.unsafe_offset(PF_ROWS * bld) if kk + PF_ROWS < k0 + lk else row
         for v in range(nvec):
-            prefetch(ahead.unsafe_offset(v * W))
             var bv = row.unsafe_load[width=W](v * W)
             comptime for i in range(R):
                 var p = acc.unsafe_offset(i * stride + v * W)
@@ -60,6 +88,7 @@ def _leaf_rows[R: Int](
             comptime for i in range(R):
                 var p = acc.unsafe_offset(i * stride + j)
                 p.unsafe_store(0, chain_step_daz[1](av[i], bs, p.unsafe_load(0)))
+        kk += 1
 
 
 def split_point(nleaves: Int) -> Int:
