@@ -17,7 +17,6 @@ from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_ad
 from gemm.cpu.fp32_v1 import GemmArgs
 from gemm.cpu.pack_f32 import transpose_sq, transpose_cols
 from std.collections import Array
-from std.sys.intrinsics import prefetch
 
 
 
@@ -118,31 +117,6 @@ def _transpose_chunk(g: GemmArgs, j0: Int, nc: Int, k0: Int, lk: Int, dst: F32Pt
 
 
 comptime NTGW = TCHUNK // W  # column groups of W lanes in one NT chunk
-comptime NT_PF = 192  # k-steps ahead the AVX2 NT leaf prefetches each row
-
-
-@always_inline
-def _nt_group_blocks[R: Int, NB: Int](
-    g: GemmArgs, s: F32Ptr, ap: F32Ptr, i_lo: Int, j0: Int, kk0: Int, acc: F32Ptr, stride: Int
-):
-    """NB blocks of W k-steps from kk0 (ascending) of the W columns [j0, j0 + W) of the
-    NT layout: each W x W block of the stored B transposed in registers, then one
-    chain_step_daz per k-step into every row's chain, which starts from and returns
-    to acc[i * stride]."""
-    var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
-    var a = Array[SIMD[DType.float32, W], ROWS_MAX](fill=SIMD[DType.float32, W](0))
-    comptime for i in range(R):
-        a[i] = acc.unsafe_load[width=W](i * stride)
-    comptime for h in range(NB):
-        comptime for r in range(W):
-            blk[r] = s.unsafe_load[width=W]((j0 + r) * g.k + kk0 + h * W)
-        transpose_sq[DType.float32, W](blk)
-        comptime for i in range(R):
-            var av = ap.unsafe_load[width=W]((i_lo + i) * g.k + kk0 + h * W)
-            comptime for t in range(W):
-                a[i] = chain_step_daz[W](SIMD[DType.float32, W](av[t]), blk[t], a[i])
-    comptime for i in range(R):
-        acc.unsafe_store(i * stride, a[i])
 
 
 def _leaf_nt_fused[R: Int](
@@ -160,33 +134,6 @@ def _leaf_nt_fused[R: Int](
     var avec = Array[SIMD[DType.float32, W], ROWS_MAX](fill=SIMD[DType.float32, W](0))
     var ap = F32Ptr(unsafe_from_address=g.a)
     var kb = 0
-    comptime if W == 8:
-        if g.k % 256 == 0:
-            # AVX2 (the caller takes this path with one row), rows of the stored B 4k bytes
-            # apart with 4k a multiple of 1 KiB: the TCHUNK rows of a chunk then fall in at
-            # most 4 of the 64 L1 sets (x86's 4 KiB set period), 8 or more lines a set, and
-            # the interleaved form below, which reads each line in two halves NTGW groups
-            # apart, saw it evicted in between. Here: one column group at a time, two blocks
-            # of W k-steps (a whole line of each of its W rows) per visit, the group's chain
-            # waiting in acc_out (cleared by the caller) between visits, its rows prefetched
-            # NT_PF k-steps ahead. On a 2-core AMD EPYC Zen 2 (2 threads), 1 x 4096 x k:
-            # k = 1024 1.2 -> 0.55 ms, 1536 1.5 -> 0.8-0.9, 2048 2.8-2.9 -> 1.8, 3072 4.1
-            # -> 2.3-2.5, 4096 5.8-5.9 -> 3.6-3.7. Other k keep the interleaved form: with
-            # k = 576 and B streaming from memory (n = 16384, 49152) this one was 5-15%
-            # slower
-            while kb + 2 * W <= lk:
-                for gb in range(NTGW):
-                    comptime for r in range(W):
-                        prefetch(s.unsafe_offset((jcol + gb * W + r) * g.k + k0 + kb + NT_PF))
-                    _nt_group_blocks[R, 2](g, s, ap, i_lo, jcol + gb * W, k0 + kb,
-                                           acc_out.unsafe_offset(gb * W), stride)
-                kb += 2 * W
-            while kb < lk:
-                for gb in range(NTGW):
-                    _nt_group_blocks[R, 1](g, s, ap, i_lo, jcol + gb * W, k0 + kb,
-                                           acc_out.unsafe_offset(gb * W), stride)
-                kb += W
-            return
     while kb < lk:
         # this block's W values of each A row, read once (the chains use them in order)
         comptime for i in range(R):
@@ -205,6 +152,81 @@ def _leaf_nt_fused[R: Int](
     comptime for i in range(R):
         comptime for gb in range(NTGW):
             acc_out.unsafe_store(i * stride + gb * W, acc[i * NTGW + gb])
+
+
+comptime NTQ = 2  # leaves of one W-column group the AVX2 one-row NT kernel runs side by side
+
+
+@always_inline
+def _nt_leaves[NQ: Int, LC: Int = 0](
+    g: GemmArgs, s: F32Ptr, arow: F32Ptr, j0: Int, k0: Int, L: Int, acc: F32Ptr, stride: Int
+):
+    """One row, NT layout: NQ consecutive whole leaves (L k-steps each, L % W == 0) from
+    k0 of the W columns [j0, j0 + W), side by side: leaf q's chain starts from +0, takes
+    kk ascending (each W x W block of the stored B transposed in registers) and its
+    value (not yet flushed) goes to acc[q * stride]. The leaves' chains are independent,
+    so they hide each other's FMA latency while the group's W rows stream front to back.
+    LC > 0: the leaf size known at compile time (L == LC), so the leaves' offsets are
+    constants in the addresses and the W row pointers stay in registers."""
+    var c = Array[SIMD[DType.float32, W], NQ](fill=SIMD[DType.float32, W](0))
+    var blk = Array[SIMD[DType.float32, W], W](fill=SIMD[DType.float32, W](0))
+    var rp = Array[F32Ptr, W](fill=s)
+    comptime for r in range(W):
+        rp[r] = s.unsafe_offset((j0 + r) * g.k + k0)
+    var ap = arow.unsafe_offset(k0)
+    var t = 0
+    while t < L:
+        comptime for q in range(NQ):
+            var off = t + q * (LC if LC > 0 else L)
+            comptime for r in range(W):
+                blk[r] = rp[r].unsafe_load[width=W](off)
+            transpose_sq[DType.float32, W](blk)
+            comptime for u in range(W):
+                c[q] = chain_step_daz[W](SIMD[DType.float32, W](ap.unsafe_load(off + u)), blk[u], c[q])
+        t += W
+    comptime for q in range(NQ):
+        acc.unsafe_store(q * stride, c[q])
+
+
+def _rows_nt_one(
+    g: GemmArgs, i_lo: Int, j_lo: Int, nc8: Int, p_lo: Int, nleaves: Int, levels: Int,
+    acc: F32Ptr, stride: Int, per: Int, slots: F32Ptr, tbuf: F32Ptr, dst: F32Ptr, ldo: Int,
+):
+    """One row of the NT layout on AVX2 (the leaf size a multiple of W), columns
+    [0, nc8) of the task (nc8 a multiple of W): one W-column group at a time, its leaves
+    NTQ at a time (_nt_leaves), each leaf then merged in ascending order
+    (_merge_chunk); a leaf left over (a short last one) goes through the transposed
+    chunk and _leaf_rows.
+    The group's W rows of the stored B are each read front to back."""
+    var s = F32Ptr(unsafe_from_address=g.b)
+    var arow = F32Ptr(unsafe_from_address=g.a).unsafe_offset(i_lo * g.k)
+    var L = g.leaf
+    var k = g.k
+    var jc = 0
+    while jc < nc8:
+        var p = 0
+        while p < nleaves:
+            var k0 = (p_lo + p) * L
+            var ac = acc.unsafe_offset(jc)
+            if p + NTQ <= nleaves and k0 + NTQ * L <= k:
+                if L == 128:
+                    _nt_leaves[NTQ, 128](g, s, arow, j_lo + jc, k0, L, ac, stride)
+                else:
+                    _nt_leaves[NTQ](g, s, arow, j_lo + jc, k0, L, ac, stride)
+                comptime for q in range(NTQ):
+                    _merge_chunk(acc.unsafe_offset(q * stride), slots, dst, ldo, 1, stride, per,
+                                 jc, jc + W, p + q, nleaves, levels)
+                p += NTQ
+                continue
+            # a leaf left over (the short last one): transposed, then the rows kernel
+            var lk = min(L, k - k0)
+            _transpose_chunk(g, j_lo + jc, W, k0, lk, tbuf, TCHUNK)
+            for q in range(W):
+                ac.unsafe_store(q, Float32(0))
+            _leaf_rows[1](g, i_lo, W, k0, lk, ac, stride, tbuf, TCHUNK)
+            _merge_chunk(acc, slots, dst, ldo, 1, stride, per, jc, jc + W, p, nleaves, levels)
+            p += 1
+        jc += W
 
 
 @always_inline
@@ -262,6 +284,21 @@ def f32_rows(
     # column chunks outer (NT: each chunk's rows of the stored B are then read along
     # all of k in turn, one long stream per row), leaves inner
     var jc = 0
+    comptime if W == 8:
+        # AVX2, one row, rows of the stored B 4k bytes apart with 4k a multiple of 1 KiB:
+        # the TCHUNK rows of a chunk would fall in at most 4 of the 64 L1 sets (x86's 4 KiB
+        # set period), and the interleaved form of _leaf_nt_fused, which reads each line in
+        # two halves NTGW groups apart, sees it evicted in between. Here one W-column
+        # group at a time, NTQ of its leaves side by side (_rows_nt_one). AMD EPYC Zen 2
+        # (v3), alternating processes, against the form it replaces (one group at a time,
+        # one leaf, its rows prefetched): 1 x 4096 x 4096 1 thread 6.4-8.1 -> 5.2-6.8 ms,
+        # 2 threads 3.6-6.3 -> 3.3-5.1 ms; 1 x 576 x 1536 (k = 1536) 1 thread 0.19-0.20
+        # -> 0.145 ms. Other k keep the interleaved form: with k = 576
+        # and B streaming from memory (1 x 49152 x 576) this one was 5-15% slower
+        if g.trans_b and rows == 1 and L % W == 0 and k % 256 == 0:
+            jc = nc // W * W
+            _rows_nt_one(g, i_lo, j_lo, jc, p_lo, nleaves, levels, acc, stride, per, slots,
+                         tbuf, dst, ldo)
     while jc < nc:
         var ncc = nc if not g.trans_b else min(TCHUNK, nc - jc)
         var jend = jc + ncc
