@@ -132,8 +132,9 @@ def test_random_large_k(m, k, n):
                          ids=lambda v: str(v))
 def test_decode_nt_rows_on_the_l1_set_period(k, n):
     """6.1 6.3 6.4 6.5: one row against B stored (n, k) with k a multiple of 256 (rows
-    4k bytes apart, a multiple of 1 KiB: the decode rows' NT leaf that reads the stored
-    B a cache line of a column group at a time, mojo/gemm/cpu/rows_f32.mojo) gives the
+    4k bytes apart, a multiple of 1 KiB: the AVX2 decode rows read the stored B one
+    8-column group at a time, two of its leaves side by side, and a short last leaf
+    through the transposed chunk, mojo/gemm/cpu/rows_f32.mojo) gives the
     oracle's bits with 1 and 2 threads: full chunks of columns and a short one, and
     k = 139264 (L = 136: every leaf ends on a half line) and k = 138752 (L = 136, a
     short last leaf of 32 k-steps), with subnormal, zero, huge and NaN entries."""
