@@ -36,57 +36,52 @@ def _a_at(g: GemmArgs, i: Int, kk: Int) -> Float32:
     return F32Ptr(unsafe_from_address=g.a).unsafe_load(idx)
 
 
+@always_inline
+def _rows_steps[R: Int, U: Int](
+    g: GemmArgs, i_lo: Int, nc: Int, kk: Int, acc: F32Ptr, stride: Int, row: F32Ptr, bld: Int
+):
+    """Steps kk .. kk + U - 1 (B row kk + u at row + u * bld) of every output's chain:
+    each accumulator loaded once, stepped U times in ascending kk (one fma a step) and
+    stored once."""
+    var nvec = nc // W
+    var av = SIMD[DType.float32, 4 * U](0)
+    comptime for u in range(U):
+        comptime for i in range(R):
+            av[u * 4 + i] = _a_at(g, i_lo + i, kk + u)
+    for v in range(nvec):
+        var bv = Array[SIMD[DType.float32, W], U](fill=SIMD[DType.float32, W](0))
+        comptime for u in range(U):
+            bv[u] = row.unsafe_load[width=W](u * bld + v * W)
+        comptime for i in range(R):
+            var p = acc.unsafe_offset(i * stride + v * W)
+            var x = p.unsafe_load[width=W](0)
+            comptime for u in range(U):
+                x = chain_step_daz[W](SIMD[DType.float32, W](av[u * 4 + i]), bv[u], x)
+            p.unsafe_store(0, x)
+    for j in range(nvec * W, nc):
+        comptime for i in range(R):
+            var p = acc.unsafe_offset(i * stride + j)
+            var x = p.unsafe_load(0)
+            comptime for u in range(U):
+                x = chain_step_daz[1](av[u * 4 + i], row.unsafe_load(u * bld + j), x)
+            p.unsafe_store(0, x)
+
+
 def _leaf_rows[R: Int](
     g: GemmArgs, i_lo: Int, nc: Int, k0: Int, lk: Int, acc: F32Ptr, stride: Int,
     brows: F32Ptr, bld: Int,
 ):
     """acc[i][0:nc] (+)= the leaf's chains; B row kk (of this leaf) at brows + (kk-k0)*bld.
     acc is cleared first unless the caller continues a leaf over a column chunk.
-    RKB rows of B a pass over the columns: each output's accumulator is loaded once,
-    takes the RKB steps in ascending kk in registers and is stored once (the same
-    chain, one fma per kk)."""
-    var nvec = nc // W
+    RKB rows of B a pass over the columns (_rows_steps), the last lk % RKB one at a
+    time."""
     var kend = k0 + lk
     var kk = k0
     while kk + RKB <= kend:
-        var av = SIMD[DType.float32, 4 * RKB](0)
-        comptime for u in range(RKB):
-            comptime for i in range(R):
-                av[u * 4 + i] = _a_at(g, i_lo + i, kk + u)
-        var row = brows.unsafe_offset((kk - k0) * bld)
-        for v in range(nvec):
-            var bv = Array[SIMD[DType.float32, W], RKB](fill=SIMD[DType.float32, W](0))
-            comptime for u in range(RKB):
-                bv[u] = row.unsafe_load[width=W](u * bld + v * W)
-            comptime for i in range(R):
-                var p = acc.unsafe_offset(i * stride + v * W)
-                var x = p.unsafe_load[width=W](0)
-                comptime for u in range(RKB):
-                    x = chain_step_daz[W](SIMD[DType.float32, W](av[u * 4 + i]), bv[u], x)
-                p.unsafe_store(0, x)
-        for j in range(nvec * W, nc):
-            comptime for i in range(R):
-                var p = acc.unsafe_offset(i * stride + j)
-                var x = p.unsafe_load(0)
-                comptime for u in range(RKB):
-                    x = chain_step_daz[1](av[u * 4 + i], row.unsafe_load(u * bld + j), x)
-                p.unsafe_store(0, x)
+        _rows_steps[R, RKB](g, i_lo, nc, kk, acc, stride, brows.unsafe_offset((kk - k0) * bld), bld)
         kk += RKB
     while kk < kend:
-        var av = SIMD[DType.float32, 4](0)
-        comptime for i in range(R):
-            av[i] = _a_at(g, i_lo + i, kk)
-        var row = brows.unsafe_offset((kk - k0) * bld)
-        for v in range(nvec):
-            var bv = row.unsafe_load[width=W](v * W)
-            comptime for i in range(R):
-                var p = acc.unsafe_offset(i * stride + v * W)
-                p.unsafe_store(0, chain_step_daz[W](SIMD[DType.float32, W](av[i]), bv, p.unsafe_load[width=W](0)))
-        for j in range(nvec * W, nc):
-            var bs = row.unsafe_load(j)
-            comptime for i in range(R):
-                var p = acc.unsafe_offset(i * stride + j)
-                p.unsafe_store(0, chain_step_daz[1](av[i], bs, p.unsafe_load(0)))
+        _rows_steps[R, 1](g, i_lo, nc, kk, acc, stride, brows.unsafe_offset((kk - k0) * bld), bld)
         kk += 1
 
 
