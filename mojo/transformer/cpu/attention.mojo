@@ -35,6 +35,23 @@ comptime HG = 4  # query heads of one key/value head computed together (they sha
 comptime KBM = 4 if W >= 16 else 2
 
 
+def kn_heads[G: Int]() -> Int:
+    """Key / column blocks in flight for G heads sharing them. AVX2 (16 registers): as
+    many as keep the G * KN chains, the KN loaded vectors and one broadcast in
+    registers (1 head 6, 2 heads 4, 3 heads 3), where KBM kept 2, 4 and 6 chains in
+    flight: too few for two fmas a cycle at a 5-cycle latency (Zen 2), which wants 10.
+    4 heads keep KBM (8 chains; 3 blocks measured the same). AVX-512: KBM."""
+    comptime if W >= 16:
+        return KBM
+    if G == 1:
+        return 6
+    if G == 2:
+        return 4
+    if G == 3:
+        return 3
+    return KBM
+
+
 @fieldwise_init
 struct AttnArgs(Copyable, ImplicitlyCopyable, Movable):
     var q: Int          # (batch, length, ldq) rotated queries, head h at h * head_dim
@@ -223,13 +240,19 @@ def _scores_heads[G: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, n: Int, sc
                           s0: F32Ptr, srow: Int) -> Int:
     """_scores_f32 for G heads (rows q0 + t * hd, scores s0 + t * srow) that read the
     same keys, one leaf (hd <= leaf size): every key vector loaded once feeds G chains.
-    Keys in blocks of KBM * W, then of W, then the last partial W while it stays
-    inside the cache's rows (its lanes past n land in the rows' slack, never read).
+    Keys in blocks of kn_heads[G]() * W, then of 2 * W, then of W, then the last
+    partial W while it stays inside the cache's rows (its lanes past n land in the
+    rows' slack, never read).
     Returns the keys done; the caller finishes the row."""
+    comptime KN = kn_heads[G]()
     var j = 0
-    while j + KBM * W <= n:
-        _score_block[G, KBM](q0, kt, tmax, hd, scale, s0, srow, j)
-        j += KBM * W
+    while j + KN * W <= n:
+        _score_block[G, KN](q0, kt, tmax, hd, scale, s0, srow, j)
+        j += KN * W
+    comptime if KN > 2:
+        while j + 2 * W <= n:
+            _score_block[G, 2](q0, kt, tmax, hd, scale, s0, srow, j)
+            j += 2 * W
     while j < n and j + W <= tmax:
         _score_block[G, 1](q0, kt, tmax, hd, scale, s0, srow, j)
         j += W
@@ -256,25 +279,38 @@ def _score_block[G: Int, KN: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, sc
 
 def _pv_heads[G: Int](s0: F32Ptr, srow: Int, vc: F32Ptr, hd: Int, n: Int, o0: F32Ptr) -> Int:
     """P.V for G heads (weights s0 + t * srow, outputs o0 + t * hd) over the same values:
-    every value vector loaded once feeds G chains. Returns the columns done (a
-    multiple of KBM * W); the caller finishes the row."""
+    every value vector loaded once feeds G chains. Column blocks of kn_heads[G]() * W,
+    then of 2 * W. Returns the columns done (a multiple of W); the caller finishes
+    the row."""
+    comptime KN = kn_heads[G]()
     var c = 0
-    while c + KBM * W <= hd:
-        var acc = Array[FW, G * KBM](fill=FW(0))
-        for j in range(n):
-            var vrow = vc.unsafe_offset(j * hd + c)
-            var vv = Array[FW, KBM](fill=FW(0))
-            comptime for q in range(KBM):
-                vv[q] = vrow.unsafe_load[width=W](q * W)
-            comptime for t in range(G):
-                var wv = FW(s0.unsafe_load(t * srow + j))
-                comptime for q in range(KBM):
-                    acc[t * KBM + q] = chain_step_daz[W](wv, vv[q], acc[t * KBM + q])
-        comptime for t in range(G):
-            comptime for q in range(KBM):
-                o0.unsafe_store(t * hd + c + q * W, ftz(acc[t * KBM + q]))
-        c += KBM * W
+    while c + KN * W <= hd:
+        _pv_block[G, KN](s0, srow, vc, hd, n, o0, c)
+        c += KN * W
+    comptime if KN > 2:
+        while c + 2 * W <= hd:
+            _pv_block[G, 2](s0, srow, vc, hd, n, o0, c)
+            c += 2 * W
     return c
+
+
+@always_inline
+def _pv_block[G: Int, KN: Int](s0: F32Ptr, srow: Int, vc: F32Ptr, hd: Int, n: Int, o0: F32Ptr, c: Int):
+    """Columns [c, c + KN * W) of P.V for G heads: one serial fma chain per (head,
+    column) over the keys in ascending order (M-15)."""
+    var acc = Array[FW, G * KN](fill=FW(0))
+    for j in range(n):
+        var vrow = vc.unsafe_offset(j * hd + c)
+        var vv = Array[FW, KN](fill=FW(0))
+        comptime for q in range(KN):
+            vv[q] = vrow.unsafe_load[width=W](q * W)
+        comptime for t in range(G):
+            var wv = FW(s0.unsafe_load(t * srow + j))
+            comptime for q in range(KN):
+                acc[t * KN + q] = chain_step_daz[W](wv, vv[q], acc[t * KN + q])
+    comptime for t in range(G):
+        comptime for q in range(KN):
+            o0.unsafe_store(t * hd + c + q * W, ftz(acc[t * KN + q]))
 
 
 def _pv_head(s: F32Ptr, vc: F32Ptr, hd: Int, n_eff: Int, orow: F32Ptr, c0: Int):
