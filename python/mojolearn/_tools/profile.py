@@ -151,7 +151,8 @@ def breakdown(call) -> dict:
 def median_breakdown(call, reps: int = 3) -> dict:
     """``call()`` once untimed (the first call of a shape pays what later ones do not:
     workspaces and caches growing to it, fresh pages; on SmolLM2-135M a first 512-token
-    prefill took 1.37 s against 1.12 s for the next ones), then ``reps`` runs under the
+    prefill took 1.37 s against 1.12 s for the next ones, AMD EPYC Zen 2, 2 threads),
+    then ``reps`` runs under the
     timers. Returns the breakdown of the run with the median wall time (a whole run, so
     its categories still sum to its wall time), with "runs_s": every timed run's wall
     time in the order run."""
