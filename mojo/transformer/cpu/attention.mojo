@@ -40,7 +40,8 @@ def kn_heads[G: Int]() -> Int:
     many as keep the G * KN chains, the KN loaded vectors and one broadcast in
     registers (1 head 6, 2 heads 4, 3 heads 3), where KBM kept 2, 4 and 6 chains in
     flight: too few for two fmas a cycle at a 5-cycle latency (Zen 2), which wants 10.
-    4 heads keep KBM (8 chains; 3 blocks measured the same). AVX-512: KBM."""
+    4 heads keep KBM (8 chains; 3 blocks measured the same). AVX-512: KBM. One head's
+    P.V does not use it (_pv_head's 4 chains: 6 blocks there were slower)."""
     comptime if W >= 16:
         return KBM
     if G == 1:
@@ -240,7 +241,7 @@ def _scores_heads[G: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, n: Int, sc
                           s0: F32Ptr, srow: Int) -> Int:
     """_scores_f32 for G heads (rows q0 + t * hd, scores s0 + t * srow) that read the
     same keys, one leaf (hd <= leaf size): every key vector loaded once feeds G chains.
-    Keys in blocks of kn_heads[G]() * W, then of 2 * W, then of W, then the last
+    Keys in blocks of kn_heads[G]() * W, then of KBM * W, then of W, then the last
     partial W while it stays inside the cache's rows (its lanes past n land in the
     rows' slack, never read).
     Returns the keys done; the caller finishes the row."""
@@ -249,10 +250,10 @@ def _scores_heads[G: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, n: Int, sc
     while j + KN * W <= n:
         _score_block[G, KN](q0, kt, tmax, hd, scale, s0, srow, j)
         j += KN * W
-    comptime if KN > 2:
-        while j + 2 * W <= n:
-            _score_block[G, 2](q0, kt, tmax, hd, scale, s0, srow, j)
-            j += 2 * W
+    comptime if KN > KBM:
+        while j + KBM * W <= n:
+            _score_block[G, KBM](q0, kt, tmax, hd, scale, s0, srow, j)
+            j += KBM * W
     while j < n and j + W <= tmax:
         _score_block[G, 1](q0, kt, tmax, hd, scale, s0, srow, j)
         j += W
@@ -280,17 +281,17 @@ def _score_block[G: Int, KN: Int](q0: F32Ptr, kt: F32Ptr, tmax: Int, hd: Int, sc
 def _pv_heads[G: Int](s0: F32Ptr, srow: Int, vc: F32Ptr, hd: Int, n: Int, o0: F32Ptr) -> Int:
     """P.V for G heads (weights s0 + t * srow, outputs o0 + t * hd) over the same values:
     every value vector loaded once feeds G chains. Column blocks of kn_heads[G]() * W,
-    then of 2 * W. Returns the columns done (a multiple of W); the caller finishes
+    then of KBM * W. Returns the columns done (a multiple of W); the caller finishes
     the row."""
     comptime KN = kn_heads[G]()
     var c = 0
     while c + KN * W <= hd:
         _pv_block[G, KN](s0, srow, vc, hd, n, o0, c)
         c += KN * W
-    comptime if KN > 2:
-        while c + 2 * W <= hd:
-            _pv_block[G, 2](s0, srow, vc, hd, n, o0, c)
-            c += 2 * W
+    comptime if KN > KBM:
+        while c + KBM * W <= hd:
+            _pv_block[G, KBM](s0, srow, vc, hd, n, o0, c)
+            c += KBM * W
     return c
 
 
