@@ -371,9 +371,11 @@ _GROUP_SHAPES = [
     # (B, L, nh, kvh, hd, pos0): query heads per key/value head 3, 4, 5 (4 + 1), 8 (4 + 4),
     # 6 with head_dim 160 (two leaves; 4 + 2), head_dim 96 (a column block and a rest),
     # 2 with one leaf, rows longer than the key blocks of every group size (AVX2: 48
-    # keys for one head, 32 for two, 24 for three), a cached prefix
+    # keys for one head, 32 for two, 24 for three; AVX-512: 128 for one or two heads,
+    # the last two shapes), a cached prefix
     (1, 70, 12, 4, 64, 0), (2, 37, 8, 2, 64, 40), (1, 66, 10, 2, 96, 0),
-    (1, 20, 16, 2, 64, 70), (1, 67, 6, 1, 160, 3), (1, 75, 4, 2, 64, 0)]
+    (1, 20, 16, 2, 64, 70), (1, 67, 6, 1, 160, 3), (1, 75, 4, 2, 64, 0),
+    (1, 140, 2, 2, 64, 9), (1, 150, 4, 2, 64, 0)]
 _GROUP_CASES = [
     pytest.param(shape, edit, marks=() if fast else pytest.mark.slow,
                  id=f"{'x'.join(map(str, shape))}-{edit}")

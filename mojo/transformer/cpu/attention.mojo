@@ -40,9 +40,13 @@ def kn_heads[G: Int]() -> Int:
     many as keep the G * KN chains, the KN loaded vectors and one broadcast in
     registers (1 head 6, 2 heads 4, 3 heads 3), where KBM kept 2, 4 and 6 chains in
     flight: too few for two fmas a cycle at a 5-cycle latency (Zen 2), which wants 10.
-    4 heads keep KBM (8 chains; 3 blocks measured the same). AVX-512: KBM. One head's
-    P.V does not use it (_pv_head's 4 chains: 6 blocks there were slower)."""
+    4 heads keep KBM (8 chains; 3 blocks measured the same). AVX-512 (32 registers):
+    1 or 2 heads 8 blocks (8 or 16 chains), 3 and 4 heads KBM (12 and 16 chains; 6
+    blocks measured the same or slower on a Zen 4). One head's P.V does not use it
+    (_pv_head's 4 chains: 6 blocks there were slower on AVX2)."""
     comptime if W >= 16:
+        if G <= 2:
+            return 8
         return KBM
     if G == 1:
         return 6
