@@ -457,3 +457,78 @@ def test_silu_mul_rows_against_the_oracle(ff):
         mojolearn.set_num_threads(n)
         got = K.silu_mul(gu, ff, np.empty((9, ff), np.float32))
         assert_same_bits(got, want, f"silu_mul ff={ff} threads={n}")
+
+
+_EDGE_ROWS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-30, -3e-20,
+                       1e20, -3e38, 7.5, -0.125], dtype=np.float32)
+
+
+@pytest.mark.parametrize("rows,d", [(1, 576), (7, 333), (8, 72), (9, 5), (17, 64), (300, 40)])
+def test_rmsnorm_rows_against_the_oracle(rows, d):
+    """M-4: the kernel's rows (eight chains side by side, then one at a time; 300 rows
+    of 40 split over two tasks; values of magnitudes 2^-12 .. 2^12, so the order of
+    each row's sum shows) against the oracle, with rows of NaN, +-inf, +-0,
+    subnormals, tiny values (squares flushed), huge values (squares overflow), an
+    all-zero row (eps 0: +0 mean), for 1 and 2 threads and two eps."""
+    from mojolearn.models._exec import kernels as K
+
+    rng = np.random.default_rng(rows * 100 + d)
+    # magnitudes spread over 2^-12 .. 2^12: the sum's order shows in its bits
+    x = (rng.standard_normal((rows, d)) * 2.0 ** rng.integers(-12, 13, (rows, d))).astype(np.float32)
+    for r in range(rows):
+        kind = r % 5 if r % 10 < 5 else 0
+        if kind == 1:
+            x[r, :] = np.resize(np.roll(_EDGE_ROWS, r), d)
+        elif kind == 2:
+            x[r, :] *= np.float32(1e-22)  # squares below the normal range
+        elif kind == 3:
+            x[r, :] *= np.float32(1e19)  # squares overflow
+        elif kind == 4 and r % 3 == 0:
+            x[r, :] = 0.0
+    w = (rng.standard_normal(d) * 2).astype(np.float32)
+    w[:3] = [1e-40, -0.0, np.inf][:min(3, d)]
+    for eps in (1e-5, 0.0):
+        want = MO.rmsnorm(x, w, np.float32(eps))
+        for n in (1, 2):
+            mojolearn.set_num_threads(n)
+            got = K.rmsnorm(x, w, K.f32_bits(eps), np.empty_like(x))
+            assert_same_bits(got, want, f"rmsnorm rows={rows} d={d} eps={eps} threads={n}")
+
+
+@pytest.mark.parametrize("head_dim,rot", [(64, 64), (40, 40), (96, 96), (64, 24), (10, 10), (34, 2)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_rope_rows_against_the_oracle(head_dim, rot, transposed):
+    """M-10, M-34: the rotation (whole vectors of the half, then element-wise: halves
+    of 32, 20, 48, 12, 5 and 1) of 3 heads of 70 rows (two sequences, a cached prefix)
+    into a row-major output and into the transposed key cache, the unrotated rest
+    copied, against the oracle, with NaN, +-inf, +-0, subnormal and huge inputs, for 1
+    and 2 threads."""
+    from mojolearn.models._exec import kernels as K
+
+    rng = np.random.default_rng(head_dim * 7 + rot)
+    nh, B, L, pos0 = 3, 2, 35, 5
+    rows, tmax = B * L, pos0 + L + 3
+    x = (rng.standard_normal((rows, nh * head_dim)) * 4).astype(np.float32)
+    flat = x[::4].reshape(-1)
+    flat[::7] = np.resize(_EDGE_ROWS, flat[::7].size)
+    x[::4] = flat.reshape(x[::4].shape)
+    cos, sin = K.rope_table(tmax, rot, K.f32_bits(10000.0))
+    pos = np.tile(np.arange(pos0, pos0 + L), B)
+    want = np.empty((rows, nh, head_dim), np.float32)
+    for h in range(nh):
+        want[:, h] = MO.rope_partial(x[:, h * head_dim:(h + 1) * head_dim], cos, sin, pos, rot)
+    for n in (1, 2):
+        mojolearn.set_num_threads(n)
+        if transposed:
+            cache = np.full((B, nh, head_dim, tmax), 7.0, np.float32)
+            K.rope(x, 0, nh * head_dim, cache, 0, 0, nh, head_dim, cos, sin, pos0, L, rows,
+                   transposed=True, tmax=tmax, rot_dim=rot)
+            got = cache[:, :, :, pos0:pos0 + L].transpose(0, 3, 1, 2).reshape(rows, nh, head_dim)
+            assert (cache[:, :, :, :pos0] == 7.0).all() and (cache[:, :, :, pos0 + L:] == 7.0).all()
+        else:
+            out = np.full((rows, nh * head_dim + 5), 7.0, np.float32)
+            K.rope(x, 0, nh * head_dim, out, nh * head_dim + 5, head_dim, nh, head_dim, cos, sin,
+                   pos0, L, rows, rot_dim=rot)
+            assert (out[:, nh * head_dim:] == 7.0).all()
+            got = out[:, :nh * head_dim].reshape(rows, nh, head_dim)
+        assert_same_bits(got, want, f"rope hd={head_dim} rot={rot} transposed={transposed} threads={n}")

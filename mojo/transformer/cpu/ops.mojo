@@ -10,6 +10,7 @@ stored value is flushed.
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys import simd_width_of
+from std.collections import Array
 from common.ptr import F32Ptr, I64Ptr, I32Ptr
 from arith.fp import ftz, is_nan, daz_in, widen_exact, sub_unflushed, order_key, of_order_key
 from arith.tree import chain_step_daz, serial_add_daz
@@ -69,27 +70,50 @@ def gather_panel_rows(panels: Int, fmt: Int, scales: Int, ids: I64Ptr, dst: F32P
 
 
 # ------------------------------------------------------------------ M-4 RMSNorm
+comptime RMS_ROWS = 8  # rows whose sum-of-squares chains run side by side
+
+
 def rmsnorm_rows(x: F32Ptr, ldx: Int, w: F32Ptr, dst: F32Ptr, ldo: Int, d: Int, eps: Float32, r0: Int, r1: Int):
-    for r in range(r0, r1):
+    """M-4 on rows r0..r1: each row's sum of squares one serial fma chain over j
+    ascending (flushed at the end: the same bits as a flush per step), then its mean,
+    rstd and the scaled row. RMS_ROWS rows' chains run side by side, each its own
+    (a single row's chain waits on the fma latency at every step)."""
+    var r = r0
+    while r + RMS_ROWS <= r1:
+        var acc = Array[F1, RMS_ROWS](fill=F1(0))
+        for j in range(d):
+            comptime for i in range(RMS_ROWS):
+                var v = F1(x.unsafe_load((r + i) * ldx + j))
+                acc[i] = chain_step_daz[1](v, v, acc[i])  # acc = ftz(fma(x_j, x_j, acc))
+        comptime for i in range(RMS_ROWS):
+            _rms_scale(x.unsafe_offset((r + i) * ldx), w, dst.unsafe_offset((r + i) * ldo), d, eps, acc[i])
+        r += RMS_ROWS
+    while r < r1:
         var xr = x.unsafe_offset(r * ldx)
         var acc = F1(0)
         for j in range(d):
             var v = F1(xr.unsafe_load(j))
-            acc = chain_step_daz[1](v, v, acc)  # acc = ftz(fma(x_j, x_j, acc))
-        acc = ftz(acc)
-        var mean = ftz(acc / F1(Float32(d)))
-        var rstd = ftz(F1(1) / sqrt_rn(ftz(mean + daz_in(F1(eps)))))
-        var o = dst.unsafe_offset(r * ldo)
-        var rs = FW(rstd[0])
-        var j = 0
-        while j + W <= d:
-            var t = ftz(mul(daz_in(xr.unsafe_load[width=W](j)), rs))
-            o.unsafe_store(j, ftz(mul(daz_in(w.unsafe_load[width=W](j)), t)))
-            j += W
-        while j < d:
-            var t = ftz(mul(daz_in(xr.unsafe_load[width=1](j)), rstd))
-            o.unsafe_store(j, ftz(mul(daz_in(w.unsafe_load[width=1](j)), t)))
-            j += 1
+            acc = chain_step_daz[1](v, v, acc)
+        _rms_scale(xr, w, dst.unsafe_offset(r * ldo), d, eps, acc)
+        r += 1
+
+
+@always_inline
+def _rms_scale(xr: F32Ptr, w: F32Ptr, o: F32Ptr, d: Int, eps: Float32, sum_sq: F1):
+    """M-4 after the sum of squares: mean, rstd, o_j = mul(w_j, mul(x_j, rstd))."""
+    var acc = ftz(sum_sq)
+    var mean = ftz(acc / F1(Float32(d)))
+    var rstd = ftz(F1(1) / sqrt_rn(ftz(mean + daz_in(F1(eps)))))
+    var rs = FW(rstd[0])
+    var j = 0
+    while j + W <= d:
+        var t = ftz(mul(daz_in(xr.unsafe_load[width=W](j)), rs))
+        o.unsafe_store(j, ftz(mul(daz_in(w.unsafe_load[width=W](j)), t)))
+        j += W
+    while j < d:
+        var t = ftz(mul(daz_in(xr.unsafe_load[width=1](j)), rstd))
+        o.unsafe_store(j, ftz(mul(daz_in(w.unsafe_load[width=1](j)), t)))
+        j += 1
 
 
 # ------------------------------------------------------------------ M-7 RoPE table
@@ -130,19 +154,57 @@ def rope_rows(
         var s = sin_t.unsafe_offset(pos * half)
         for h in range(n_heads):
             var x = src.unsafe_offset(r * lds + h * head_dim)
-            for j in range(head_dim):
-                var y: F1
-                if j < rot_dim:
-                    var i = j if j < half else j - half
-                    var xj = daz_in(F1(x.unsafe_load(j)))
-                    var other = daz_in(F1(-x.unsafe_load(j + half)) if j < half else F1(x.unsafe_load(j - half)))
-                    y = ftz(mul(xj, daz_in(F1(c.unsafe_load(i)))) + mul(other, daz_in(F1(s.unsafe_load(i)))))
-                else:
-                    y = ftz(daz_in(F1(x.unsafe_load(j))))
-                if transposed:
-                    dst.unsafe_store(((b * n_heads + h) * head_dim + j) * tmax + pos, y[0])
-                else:
-                    dst.unsafe_store(r * ldd + h * dst_head_stride + j, y[0])
+            if transposed:
+                # the key cache's elements lie tmax apart: one at a time, in order (the
+                # vector path below, its lanes taken apart for the stores, was slower:
+                # AMD EPYC Zen 4, v4, SmolLM2's 512 keys, 108 -> 123-133 us)
+                var at = ((b * n_heads + h) * head_dim) * tmax + pos
+                for j in range(head_dim):
+                    var y: F1
+                    if j < rot_dim:
+                        var i = j if j < half else j - half
+                        var xj = daz_in(F1(x.unsafe_load(j)))
+                        var other = daz_in(F1(-x.unsafe_load(j + half)) if j < half else F1(x.unsafe_load(j - half)))
+                        y = ftz(mul(xj, daz_in(F1(c.unsafe_load(i)))) + mul(other, daz_in(F1(s.unsafe_load(i)))))
+                    else:
+                        y = ftz(daz_in(F1(x.unsafe_load(j))))
+                    dst.unsafe_store(at + j * tmax, y[0])
+                continue
+            # element i of the first half and i + half of the second, W at a time: each
+            # element's own mul, mul, add (vectorized across elements, not fused)
+            var i = 0
+            while i + W <= half:
+                var lo = daz_in(x.unsafe_load[width=W](i))
+                var hi = daz_in(x.unsafe_load[width=W](i + half))
+                var nhi = daz_in(-x.unsafe_load[width=W](i + half))
+                var cv = daz_in(c.unsafe_load[width=W](i))
+                var sv = daz_in(s.unsafe_load[width=W](i))
+                _rope_put[W](dst, ldd, dst_head_stride, r, h, i,
+                             ftz(mul(lo, cv) + mul(nhi, sv)))
+                _rope_put[W](dst, ldd, dst_head_stride, r, h, i + half,
+                             ftz(mul(hi, cv) + mul(lo, sv)))
+                i += W
+            while i < half:
+                var lo = daz_in(F1(x.unsafe_load(i)))
+                var hi = daz_in(F1(x.unsafe_load(i + half)))
+                var nhi = daz_in(F1(-x.unsafe_load(i + half)))
+                var cv = daz_in(F1(c.unsafe_load(i)))
+                var sv = daz_in(F1(s.unsafe_load(i)))
+                _rope_put[1](dst, ldd, dst_head_stride, r, h, i,
+                             ftz(mul(lo, cv) + mul(nhi, sv)))
+                _rope_put[1](dst, ldd, dst_head_stride, r, h, i + half,
+                             ftz(mul(hi, cv) + mul(lo, sv)))
+                i += 1
+            for j in range(rot_dim, head_dim):
+                _rope_put[1](dst, ldd, dst_head_stride, r, h, j,
+                             ftz(daz_in(F1(x.unsafe_load(j)))))
+
+
+@always_inline
+def _rope_put[w: Int](dst: F32Ptr, ldd: Int, dst_head_stride: Int, r: Int, h: Int, j: Int,
+                      y: SIMD[DType.float32, w]):
+    """Elements j .. j + w of head h of row r of a row-major rope_rows output."""
+    dst.unsafe_store(r * ldd + h * dst_head_stride + j, y)
 
 
 # ------------------------------------------------------------------ M-17 SiLU gate product
