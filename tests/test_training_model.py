@@ -265,6 +265,62 @@ def test_T59_sabotage_a_running_sum_over_micro_batches_is_seen(models, monkeypat
     assert len(differ) >= len(whole) // 2, differ
 
 
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen3_tied"])
+def test_T59_reused_step_arrays_change_no_bit(models, arch):
+    """T-59: a trainer keeps one step's activations and their gradients for the next
+    (Trainer's BufferPool): steps, micro-batches, gradients and losses of changing batch
+    shapes, and two threads' losses at once (one of them on fresh arrays), give the bits
+    of a trainer that makes every array new; the next step does reuse the arrays."""
+    import threading
+
+    V = SHAPES[arch]["vocab_size"]
+    a = training.Trainer(models[arch])
+    b = training.Trainer(models[arch])
+    b._pool = None  # every array new, as before the pool
+    calls = [("step", batch(V, B=4, L=64, seed=3), 1), ("step", batch(V, B=4, L=64, seed=4), 2),
+             ("gradients", batch(V, B=2, L=40, seed=5), 1), ("loss", batch(V, B=3, L=17, seed=6), 1),
+             ("step", batch(V, B=4, L=64, seed=8), 1)]
+    for func, ids, acc in calls:
+        if func == "step":
+            la, lb = a.step(ids, accumulation=acc), b.step(ids, accumulation=acc)
+            assert bits(np.float32(la))[()] == bits(np.float32(lb))[()], func
+        elif func == "gradients":
+            same_grads(a.gradients(ids), b.gradients(ids))
+        else:
+            assert bits(np.float32(a.loss(ids)))[()] == bits(np.float32(b.loss(ids)))[()]
+    same_grads(a.weights(), b.weights())
+    # the arrays of one step are taken again by the next
+    ids = batch(V, B=4, L=64, seed=9)
+    a.step(ids)
+    b.step(ids)
+    before = {k: [id(x) for x in v] for k, v in a._pool._used.items()}
+    kept = [x for v in a._pool._used.values() for x in v]  # alive, so ids stay unique
+    a.step(ids)
+    b.step(ids)
+    after = {k: [id(x) for x in v] for k, v in a._pool._used.items()}
+    assert before and {k: sorted(v) for k, v in before.items()} == {k: sorted(v) for k, v in after.items()}
+    del kept
+    same_grads(a.weights(), b.weights())
+    # two threads at once on one trainer: the second runs without the pool
+    ids2 = [batch(V, B=2, L=48, seed=s) for s in (12, 13)]
+    want = [bits(np.float32(b.loss(i)))[()] for i in ids2]
+    got = [None, None]
+    go = threading.Barrier(2)
+
+    def run(j):
+        go.wait()
+        for _ in range(3):
+            got[j] = bits(np.float32(a.loss(ids2[j])))[()]
+            assert got[j] == want[j]
+
+    ts = [threading.Thread(target=run, args=(j,)) for j in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert got == want
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
 def test_T60_save_resume_equals_an_uninterrupted_run(models, tmp_path, arch):
     """T-60, T-39: 20 AdamW steps with a warmup-cosine schedule and clipping, against 7

@@ -150,6 +150,10 @@ class Trainer:
         self._rope = None
         self._comm = None
         self._scratch = None
+        # one step's activations and their gradients, kept for the next step (fresh
+        # arrays every step faulted in their pages inside the kernels: SmolLM2-135M, 256
+        # tokens, about 105,000 page faults and a fifth of the step)
+        self._pool = M.BufferPool()
         self._dev = None  # the GPU path's device half (_train/device.py), when chosen
         if group is not None:
             from . import ranks as _ranks
@@ -244,7 +248,7 @@ class Trainer:
             rope = self._rope_for(L)
 
             def run(params, i, t, d_bits, g, acc):
-                return M.loss_and_grads(params, i, t, d_bits, g, acc, rope)
+                return M.loss_and_grads(params, i, t, d_bits, g, acc, rope, pool=self._pool)
         d_bits = f32_bits(float(count))
         tied = cfg.tie_word_embeddings
         emb_acc = np.zeros_like(self.params.arrays[emb]) if want else None
@@ -268,8 +272,8 @@ class Trainer:
                 out.append(emb_acc)
                 continue
             g = parts[0].arrays[n] if A == 1 else TK.tree_sum([p.arrays[n] for p in parts])
-            if n == emb:  # T-57
-                g = K.add(g, emb_acc, np.empty_like(g))
+            if n == emb:  # T-57, into g: a gradient buffer the next backward writes whole
+                g = K.add(g, emb_acc, g)
             out.append(np.ascontiguousarray(g))
         return loss, out
 
@@ -294,7 +298,7 @@ class Trainer:
                                        sums=sums)
         else:
             losses = M.loss_and_grads(self.params, ids, targets, d_bits, self._scratch, None,
-                                      self._rope_for(L), sums=sums)
+                                      self._rope_for(L), sums=sums, pool=self._pool)
         folded, all_losses, all_dy, all_ids = comm.fold(
             sums, T, starts, losses, sums.dx, np.ascontiguousarray(ids.reshape(-1)), d)
         loss = _bits_f32(native().train_fold_div((_a(all_losses), all_losses.size, d_bits)))
