@@ -293,13 +293,13 @@ def test_T59_reused_step_arrays_change_no_bit(models, arch):
     ids = batch(V, B=4, L=64, seed=9)
     a.step(ids)
     b.step(ids)
-    before = {k: [id(x) for x in v] for k, v in a._pool._used.items()}
-    kept = [x for v in a._pool._used.values() for x in v]  # alive, so ids stay unique
+    # (the pool holds every array of the last call until the next release, so their ids
+    # stay unique; holding them here would keep the call from reusing them mid-call)
+    before = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
     a.step(ids)
     b.step(ids)
-    after = {k: [id(x) for x in v] for k, v in a._pool._used.items()}
-    assert before and {k: sorted(v) for k, v in before.items()} == {k: sorted(v) for k, v in after.items()}
-    del kept
+    after = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
+    assert before and before == after
     same_grads(a.weights(), b.weights())
     # two threads at once on one trainer: the second runs without the pool
     ids2 = [batch(V, B=2, L=48, seed=s) for s in (12, 13)]

@@ -16,6 +16,7 @@ int64 ids of the right range and float32 parameters.
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
 
 import numpy as np
@@ -56,7 +57,9 @@ def _mm(a, b, out, m, n, k, ta=0, tb=0):
 class BufferPool:
     """The float32 arrays one loss_and_grads call takes (activations, their gradients,
     logits), kept for the next call: release() makes the last call's arrays free to take
-    again, take(shape) gives a free one of that shape or a new one. Fresh arrays every
+    again, take(shape) gives one of that shape the call took and has dropped (no
+    reference left but the pool's), else a free one, else a new one: so the pool holds
+    about the most the call holds at once, as fresh arrays would. Fresh arrays every
     step cost the kernels page faults on every page they first write (SmolLM2-135M, 256
     tokens: about 105,000 a step). Arrays a call did not take again are dropped at the
     next release, so the pool holds one call's arrays. A call that finds the pool in use
@@ -70,9 +73,15 @@ class BufferPool:
         self._free, self._used = self._used, {}
 
     def take(self, shape):
+        used = self._used.setdefault(shape, [])
+        for i in range(len(used)):
+            # an array this call took and no longer holds (the list's reference and the
+            # argument's are the only ones: no name, no view, no saved activation)
+            if sys.getrefcount(used[i]) == 2:
+                return used[i]
         free = self._free.get(shape)
         a = free.pop() if free else np.empty(shape, dtype=np.float32)
-        self._used.setdefault(shape, []).append(a)
+        used.append(a)
         return a
 
 
