@@ -270,7 +270,8 @@ def test_T59_reused_step_arrays_change_no_bit(models, arch):
     """T-59: a trainer keeps one step's activations and their gradients for the next
     (Trainer's BufferPool): steps, micro-batches, gradients and losses of changing batch
     shapes, and two threads' losses at once (one of them on fresh arrays), give the bits
-    of a trainer that makes every array new; the next step does reuse the arrays."""
+    of a trainer that makes every array new; the next step does reuse the arrays, and a
+    call takes again the arrays it has dropped."""
     import threading
 
     V = SHAPES[arch]["vocab_size"]
@@ -296,10 +297,17 @@ def test_T59_reused_step_arrays_change_no_bit(models, arch):
     # (the pool holds every array of the last call until the next release, so their ids
     # stay unique; holding them here would keep the call from reusing them mid-call)
     before = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
+    takes = []
+    take = a._pool.take
+    a._pool.take = lambda shape: takes.append(shape) or take(shape)
     a.step(ids)
+    del a._pool.take
     b.step(ids)
     after = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
     assert before and before == after
+    # within the call, arrays the code dropped were taken again: the pool holds fewer
+    # than the call asked for (the backward's per-layer temporaries share arrays)
+    assert sum(map(len, after.values())) < len(takes)
     same_grads(a.weights(), b.weights())
     # two threads at once on one trainer: the second runs without the pool
     ids2 = [batch(V, B=2, L=48, seed=s) for s in (12, 13)]

@@ -80,22 +80,23 @@ def rmsnorm_rows(x: F32Ptr, ldx: Int, w: F32Ptr, dst: F32Ptr, ldo: Int, d: Int, 
     (a single row's chain waits on the fma latency at every step)."""
     var r = r0
     while r + RMS_ROWS <= r1:
-        var acc = Array[F1, RMS_ROWS](fill=F1(0))
-        for j in range(d):
-            comptime for i in range(RMS_ROWS):
-                var v = F1(x.unsafe_load((r + i) * ldx + j))
-                acc[i] = chain_step_daz[1](v, v, acc[i])  # acc = ftz(fma(x_j, x_j, acc))
-        comptime for i in range(RMS_ROWS):
-            _rms_scale(x.unsafe_offset((r + i) * ldx), w, dst.unsafe_offset((r + i) * ldo), d, eps, acc[i])
+        _rms_block[RMS_ROWS](x, ldx, w, dst, ldo, d, eps, r)
         r += RMS_ROWS
     while r < r1:
-        var xr = x.unsafe_offset(r * ldx)
-        var acc = F1(0)
-        for j in range(d):
-            var v = F1(xr.unsafe_load(j))
-            acc = chain_step_daz[1](v, v, acc)
-        _rms_scale(xr, w, dst.unsafe_offset(r * ldo), d, eps, acc)
+        _rms_block[1](x, ldx, w, dst, ldo, d, eps, r)
         r += 1
+
+
+@always_inline
+def _rms_block[R: Int](x: F32Ptr, ldx: Int, w: F32Ptr, dst: F32Ptr, ldo: Int, d: Int, eps: Float32, r: Int):
+    """M-4 on rows r .. r + R: their chains side by side, then each row scaled."""
+    var acc = Array[F1, R](fill=F1(0))
+    for j in range(d):
+        comptime for i in range(R):
+            var v = F1(x.unsafe_load((r + i) * ldx + j))
+            acc[i] = chain_step_daz[1](v, v, acc[i])  # acc = ftz(fma(x_j, x_j, acc))
+    comptime for i in range(R):
+        _rms_scale(x.unsafe_offset((r + i) * ldx), w, dst.unsafe_offset((r + i) * ldo), d, eps, acc[i])
 
 
 @always_inline
@@ -170,34 +171,31 @@ def rope_rows(
                         y = ftz(daz_in(F1(x.unsafe_load(j))))
                     dst.unsafe_store(at + j * tmax, y[0])
                 continue
-            # element i of the first half and i + half of the second, W at a time: each
-            # element's own mul, mul, add (vectorized across elements, not fused)
+            # element i of the first half and i + half of the second, W at a time, then
+            # one at a time: each element's own mul, mul, add (not fused)
             var i = 0
             while i + W <= half:
-                var lo = daz_in(x.unsafe_load[width=W](i))
-                var hi = daz_in(x.unsafe_load[width=W](i + half))
-                var nhi = daz_in(-x.unsafe_load[width=W](i + half))
-                var cv = daz_in(c.unsafe_load[width=W](i))
-                var sv = daz_in(s.unsafe_load[width=W](i))
-                _rope_put[W](dst, ldd, dst_head_stride, r, h, i,
-                             ftz(mul(lo, cv) + mul(nhi, sv)))
-                _rope_put[W](dst, ldd, dst_head_stride, r, h, i + half,
-                             ftz(mul(hi, cv) + mul(lo, sv)))
+                _rope_pair[W](x, c, s, dst, ldd, dst_head_stride, r, h, i, half)
                 i += W
             while i < half:
-                var lo = daz_in(F1(x.unsafe_load(i)))
-                var hi = daz_in(F1(x.unsafe_load(i + half)))
-                var nhi = daz_in(F1(-x.unsafe_load(i + half)))
-                var cv = daz_in(F1(c.unsafe_load(i)))
-                var sv = daz_in(F1(s.unsafe_load(i)))
-                _rope_put[1](dst, ldd, dst_head_stride, r, h, i,
-                             ftz(mul(lo, cv) + mul(nhi, sv)))
-                _rope_put[1](dst, ldd, dst_head_stride, r, h, i + half,
-                             ftz(mul(hi, cv) + mul(lo, sv)))
+                _rope_pair[1](x, c, s, dst, ldd, dst_head_stride, r, h, i, half)
                 i += 1
             for j in range(rot_dim, head_dim):
                 _rope_put[1](dst, ldd, dst_head_stride, r, h, j,
                              ftz(daz_in(F1(x.unsafe_load(j)))))
+
+
+@always_inline
+def _rope_pair[w: Int](x: F32Ptr, c: F32Ptr, s: F32Ptr, dst: F32Ptr, ldd: Int, dst_head_stride: Int, r: Int,
+                       h: Int, i: Int, half: Int):
+    """M-10 on elements i .. i + w of a head's first half and i + half .. of its second."""
+    var lo = daz_in(x.unsafe_load[width=w](i))
+    var hi = daz_in(x.unsafe_load[width=w](i + half))
+    var nhi = daz_in(-x.unsafe_load[width=w](i + half))
+    var cv = daz_in(c.unsafe_load[width=w](i))
+    var sv = daz_in(s.unsafe_load[width=w](i))
+    _rope_put[w](dst, ldd, dst_head_stride, r, h, i, ftz(mul(lo, cv) + mul(nhi, sv)))
+    _rope_put[w](dst, ldd, dst_head_stride, r, h, i + half, ftz(mul(hi, cv) + mul(lo, sv)))
 
 
 @always_inline
