@@ -373,6 +373,45 @@ def test_T74_thread_count_changes_no_bit(models):
     assert runs[1][2] == runs[0][2]
 
 
+def test_T74_reused_step_arrays_change_no_bit(models):
+    """T-74, T-59: the trainer keeps one call's arrays for the next (model.BufferPool,
+    the mixers' arrays too): steps, gradients and losses of changing batch shapes give
+    the bits of a trainer that makes every array new; a step takes again the arrays of
+    the step before it, and within a call the arrays the code dropped."""
+    from mojolearn import training
+
+    V = TIED["vocab_size"]
+    a = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
+    b = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
+    b._pool = None  # every array new
+    calls = [("step", batch(V, B=2, L=24, seed=3), 1), ("step", batch(V, B=4, L=64, seed=4), 2),
+             ("gradients", batch(V, B=2, L=17, seed=5), 1), ("loss", batch(V, B=3, L=9, seed=6), 1),
+             ("step", batch(V, B=2, L=24, seed=8), 1)]
+    for func, ids, acc in calls:
+        if func == "step":
+            la, lb = a.step(ids, accumulation=acc), b.step(ids, accumulation=acc)
+            assert bits(np.float32(la))[()] == bits(np.float32(lb))[()], func
+        elif func == "gradients":
+            same_grads(a.gradients(ids), b.gradients(ids))
+        else:
+            assert bits(np.float32(a.loss(ids)))[()] == bits(np.float32(b.loss(ids)))[()]
+    same_grads(a.weights(), b.weights())
+    ids = batch(V, B=2, L=24, seed=9)
+    a.step(ids)
+    b.step(ids)
+    before = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
+    takes = []
+    take = a._pool.take
+    a._pool.take = lambda shape: takes.append(shape) or take(shape)
+    a.step(ids)
+    del a._pool.take
+    b.step(ids)
+    after = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
+    assert before and before == after
+    assert sum(map(len, after.values())) < len(takes)
+    same_grads(a.weights(), b.weights())
+
+
 def test_T74_micro_batches_give_the_whole_batchs_bits(models):
     """T-74, T-59, T-27: 4 rows x 64 tokens (two leaves) as 2 micro-batches of 2 rows give
     the whole batch's gradients, loss and step bit for bit; accumulation=4 (not on the

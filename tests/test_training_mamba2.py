@@ -419,6 +419,45 @@ def test_T86_trainer_threads_and_micro_batches(models):
     _same_grads(a.weights(), b.weights())
 
 
+def test_T86_trainer_reused_step_arrays_change_no_bit(models):
+    """T-86, T-59: the trainer keeps one call's arrays for the next (model.BufferPool,
+    the mixers' arrays too): steps, gradients and losses of changing batch shapes give
+    the bits of a trainer that makes every array new; a step takes again the arrays of
+    the step before it, and within a call the arrays the code dropped."""
+    from mojolearn import training
+
+    V = M2_TIED["vocab_size"]
+    a = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
+    b = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
+    b._pool = None  # every array new
+    calls = [("step", _batch(V, B=2, L=24, seed=3), 1), ("step", _batch(V, B=4, L=64, seed=4), 2),
+             ("gradients", _batch(V, B=2, L=17, seed=5), 1), ("loss", _batch(V, B=3, L=9, seed=6), 1),
+             ("step", _batch(V, B=2, L=24, seed=8), 1)]
+    for func, ids, acc in calls:
+        if func == "step":
+            la, lb = a.step(ids, accumulation=acc), b.step(ids, accumulation=acc)
+            assert bits(np.float32(la))[()] == bits(np.float32(lb))[()], func
+        elif func == "gradients":
+            _same_grads(a.gradients(ids), b.gradients(ids))
+        else:
+            assert bits(np.float32(a.loss(ids)))[()] == bits(np.float32(b.loss(ids)))[()]
+    _same_grads(a.weights(), b.weights())
+    ids = _batch(V, B=2, L=24, seed=9)
+    a.step(ids)
+    b.step(ids)
+    before = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
+    takes = []
+    take = a._pool.take
+    a._pool.take = lambda shape: takes.append(shape) or take(shape)
+    a.step(ids)
+    del a._pool.take
+    b.step(ids)
+    after = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
+    assert before and before == after
+    assert sum(map(len, after.values())) < len(takes)
+    _same_grads(a.weights(), b.weights())
+
+
 def test_T86_trainer_save_resume(models, tmp_path):
     """T-86, T-39: 6 AdamW steps against 2 steps, save, resume, 4 more: the same losses and
     weights bit for bit (Mamba-2)."""

@@ -211,20 +211,27 @@ class _LayerSaved:
     __slots__ = ("x", "h", "q", "kt", "vc", "p", "ctx", "x1", "h2", "gu", "pm", "qr", "kr")
 
 
-def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | None, emb_acc,
-                   rope, sums=None, pool: BufferPool | None = None):
-    """_loss_and_grads with its arrays from ``pool`` (released first: the arrays of the
-    pool's previous call are overwritten) when one is given. What it returns, and
-    ``sums.dx``, are arrays of their own."""
+def pooled(pool: BufferPool | None, fn, *args, **kwargs):
+    """fn(*args, **kwargs) with the arrays it takes through _empty from ``pool``
+    (released first: the arrays of the pool's previous call are overwritten), or fresh
+    ones when there is no pool or another call holds it. fn's results must be arrays
+    of their own (never _empty's)."""
     if pool is None or not pool.busy.acquire(blocking=False):
-        return _loss_and_grads(params, ids, targets, d_bits, grads, emb_acc, rope, sums)
+        return fn(*args, **kwargs)
     pool.release()
     token = _POOL.set(pool)
     try:
-        return _loss_and_grads(params, ids, targets, d_bits, grads, emb_acc, rope, sums)
+        return fn(*args, **kwargs)
     finally:
         _POOL.reset(token)
         pool.busy.release()
+
+
+def loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | None, emb_acc,
+                   rope, sums=None, pool: BufferPool | None = None):
+    """_loss_and_grads with its arrays from ``pool`` when one is given (pooled). What it
+    returns, and ``sums.dx``, are arrays of their own."""
+    return pooled(pool, _loss_and_grads, params, ids, targets, d_bits, grads, emb_acc, rope, sums)
 
 
 def _loss_and_grads(params: Params, ids, targets, d_bits: int, grads: Params | None, emb_acc,

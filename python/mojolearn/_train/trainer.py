@@ -243,7 +243,8 @@ class Trainer:
         cfg = self.config
         emb = SM.EMBED if self._ssm else "model.embed_tokens.weight"
         if self._ssm:
-            run = SM.loss_and_grads
+            def run(params, i, t, d_bits, g, acc):
+                return SM.loss_and_grads(params, i, t, d_bits, g, acc, pool=self._pool)
         else:
             rope = self._rope_for(L)
 
@@ -295,7 +296,7 @@ class Trainer:
         sums = M.PartSums(T, t0)
         if self._ssm:
             losses = SM.loss_and_grads(self.params, ids, targets, d_bits, self._scratch, None,
-                                       sums=sums)
+                                       sums=sums, pool=self._pool)
         else:
             losses = M.loss_and_grads(self.params, ids, targets, d_bits, self._scratch, None,
                                       self._rope_for(L), sums=sums, pool=self._pool)

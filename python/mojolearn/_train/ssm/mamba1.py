@@ -23,15 +23,11 @@ import numpy as np
 
 from ...models._exec import kernels as K
 from .. import kernels as TK
-from ..model import TokenSums, _mm
+from ..model import TokenSums, _empty, _mm
 
 PARAMS = ("in_proj.weight", "conv1d.weight", "conv1d.bias", "x_proj.weight", "dt_proj.weight",
           "dt_proj.bias", "A_log", "D", "out_proj.weight")
 """The mixer's parameters under ``backbone.layers.{i}.mixer.``, in the trainer's order."""
-
-
-def _empty(*shape):
-    return np.empty(shape, dtype=np.float32)
 
 
 class Saved:

@@ -51,7 +51,7 @@ from ..._core.threads import tasks
 from ...models._exec import kernels as K
 from ...models._ssm.config import EPS
 from .. import kernels as _k
-from ..model import TokenSums, _mm
+from ..model import TokenSums, _empty, _mm
 
 __all__ = ["ssd_forward", "ssd_backward", "ssd_param_grads", "dt_clamp_backward", "SsdSaved",
            "PARAMS", "forward", "backward"]
@@ -99,8 +99,8 @@ def ssd_forward(xbc, dt, A, D):
     A = _f32c(A, "A", (heads,))
     D = _f32c(D, "D", (heads,))
     nch = (length + Q - 1) // Q
-    s = np.empty((batch, length, di), dtype=np.float32)
-    hs = np.empty((batch, heads, nch, P, N), dtype=np.float32)
+    s = _empty(batch, length, di)
+    hs = _empty(batch, heads, nch, P, N)
     native().train_ssd_forward((xbc.ctypes.data, cd, dt.ctypes.data, A.ctypes.data, D.ctypes.data,
                                 s.ctypes.data, di, hs.ctypes.data, batch, length, heads, di,
                                 tasks()))
@@ -116,10 +116,10 @@ def ssd_backward(saved, ds):
     b, L, H, di = saved.batch, saved.length, saved.heads, saved.di
     ds = _f32c(ds, "ds", (b, L, di))
     cd = di + 2 * N
-    dxbc = np.empty((b, L, cd), dtype=np.float32)
-    ddt = np.empty((b, L, H), dtype=np.float32)
-    ta = np.empty((b * L, H), dtype=np.float32)
-    td = np.empty((b * L, H), dtype=np.float32)
+    dxbc = _empty(b, L, cd)
+    ddt = _empty(b, L, H)
+    ta = _empty(b * L, H)
+    td = _empty(b * L, H)
     native().train_ssd_backward((saved.xbc.ctypes.data, cd, saved.dt.ctypes.data,
                                  saved.A.ctypes.data, saved.D.ctypes.data, saved.hs.ctypes.data,
                                  ds.ctypes.data, di, dxbc.ctypes.data, cd, ddt.ctypes.data,
@@ -151,10 +151,6 @@ PARAMS = ("in_proj.weight", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", 
           "norm.weight", "out_proj.weight")
 """The mixer's parameters under ``backbone.layers.{i}.mixer.``, in the trainer's order
 (the checkpoint's; ``norm.weight`` is the gated norm)."""
-
-
-def _empty(*shape):
-    return np.empty(shape, dtype=np.float32)
 
 
 class Saved:

@@ -22,7 +22,7 @@ from ...models._ssm.config import EPS
 from .. import kernels as TK
 from ..._core.threads import tasks
 from ...models._exec.kernels import _a, native
-from ..model import IGNORE, TokenSums, _mm
+from ..model import IGNORE, TokenSums, _empty, _mm, pooled
 from . import mamba1, mamba2
 
 MIXERS = {"mamba": mamba1, "mamba2": mamba2}
@@ -70,11 +70,15 @@ class Params:
         return [self.arrays[n] for n in self.names]
 
 
-def _empty(*shape):
-    return np.empty(shape, dtype=np.float32)
+def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc, sums=None,
+                   pool=None):
+    """_loss_and_grads with its arrays (the mixers' too) from ``pool`` (a
+    model.BufferPool) when one is given; what it returns, and ``sums.dx``, are arrays
+    of their own."""
+    return pooled(pool, _loss_and_grads, params, ids, targets, d_bits, grads, emb_acc, sums)
 
 
-def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc, sums=None):
+def _loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc, sums=None):
     """One micro-batch: ids (B, L) int64, targets (B * L,) int64 (IGNORE where none).
     Returns the per-position losses (T-14, T-16). With ``grads`` (a Params of zeroed
     buffers), writes every token-sum gradient of this micro-batch (its fold / dot over
@@ -108,7 +112,7 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc, su
         del out
     xf = K.rmsnorm(x, A["backbone.norm_f.weight"], _EPS_BITS, _empty(rows, d))  # S-11
     logits = K.gemm_nt(xf, rows, head, _empty(rows, cfg.vocab_size))
-    losses = _empty(rows)
+    losses = np.empty(rows, dtype=np.float32)  # returned: never a pool's
     dlog = _empty(rows, cfg.vocab_size) if want else None
     TK.ce_rows(logits, targets, IGNORE, 0, d_bits, losses, dlog)
     del logits
@@ -138,7 +142,9 @@ def loss_and_grads(params: Params, ids, targets, d_bits: int, grads, emb_acc, su
         dx = K.add(dx, dxn, dxn)  # T-55
         saved[i] = None
     if sums is not None:
-        sums.dx = dx  # the caller runs the chain over every rank's tokens in order
+        # the caller runs the chain over every rank's tokens in order (a copy: dx may be
+        # a pool's array)
+        sums.dx = np.array(dx, copy=True)
         return losses
     TK.embedding_backward_into(dx, flat, emb_acc)  # T-13, carried across micro-batches
     return losses
