@@ -149,7 +149,9 @@ def _leaf_nt_fused[R: Int](
             acc_out.unsafe_store(i * stride + gb * W, acc[i * NTGW + gb])
 
 
-comptime NTQ = 2  # leaves of one W-column group the AVX2 one-row NT kernel runs side by side
+comptime NTQ = 2  # leaves of one W-column group the one-row NT kernel runs side by side
+# the one-row NT kernel (_rows_nt_one) serves k a multiple of this (f32_rows says why)
+comptime NT_ONE_K = 256 if W == 8 else 1024
 
 
 @always_inline
@@ -187,7 +189,7 @@ def _rows_nt_one(
     g: GemmArgs, i_lo: Int, j_lo: Int, nc8: Int, p_lo: Int, nleaves: Int, levels: Int,
     acc: F32Ptr, stride: Int, per: Int, slots: F32Ptr, tbuf: F32Ptr, dst: F32Ptr, ldo: Int,
 ):
-    """One row of the NT layout on AVX2 (the leaf size a multiple of W), columns
+    """One row of the NT layout on AVX2 and AVX-512 (the leaf size a multiple of W), columns
     [0, nc8) of the task (nc8 a multiple of W): one W-column group at a time, its leaves
     NTQ at a time (_nt_leaves), each leaf then merged in ascending order
     (_merge_chunk); a leaf left over (a short last one) goes through the transposed
@@ -279,8 +281,8 @@ def f32_rows(
     # column chunks outer (NT: each chunk's rows of the stored B are then read along
     # all of k in turn, one long stream per row), leaves inner
     var jc = 0
-    comptime if W == 8:
-        # AVX2, one row, rows of the stored B 4k bytes apart with 4k a multiple of 1 KiB:
+    comptime if W == 8 or W == 16:
+        # AVX2 (v3), one row, rows of the stored B 4k bytes apart with 4k a multiple of 1 KiB:
         # the TCHUNK rows of a chunk would fall in at most 4 of the 64 L1 sets (x86's 4 KiB
         # set period), and the interleaved form of _leaf_nt_fused, which reads each line in
         # two halves NTGW groups apart, sees it evicted in between. Here one W-column
@@ -289,8 +291,14 @@ def f32_rows(
         # one leaf, its rows prefetched): 1 x 4096 x 4096 1 thread 6.4-8.1 -> 5.2-6.8 ms,
         # 2 threads 3.6-6.3 -> 3.3-5.1 ms; 1 x 576 x 1536 (k = 1536) 1 thread 0.19-0.20
         # -> 0.145 ms. Other k keep the interleaved form: with k = 576
-        # and B streaming from memory (1 x 49152 x 576) this one was 5-15% slower
-        if g.trans_b and rows == 1 and L % W == 0 and k % 256 == 0:
+        # and B streaming from memory (1 x 49152 x 576) this one was 5-15% slower.
+        # AVX-512 (v4, W = 16, 32 columns a chunk): when the rows are a multiple of 4 KiB
+        # apart (k % 1024 == 0: every row of a chunk in one L1 set). AMD EPYC Zen 4, 2
+        # threads, alternating processes: 1 x 4096 x 4096 9.5 -> 11.5-12.3 GFLOP/s,
+        # 1 x 2048 x 2048 9.0 -> 10.6-11.1, 1 x 4096 x 1024 9.0 -> 10.1-10.5, 1 x 8192 x
+        # 2048 9.4 -> 11.3-12.1; with k = 512 or 768 (rows 2 or 3 KiB apart) it was
+        # slower (1 x 49152 x 512 10.8 -> 9.0-9.2, 1 x 4096 x 768 10.3-10.6 -> 9.2-9.4)
+        if g.trans_b and rows == 1 and L % W == 0 and k % NT_ONE_K == 0:
             jc = nc // W * W
             _rows_nt_one(g, i_lo, j_lo, jc, p_lo, nleaves, levels, acc, stride, per, slots,
                          tbuf, dst, ldo)
