@@ -252,7 +252,7 @@ class Trainer:
                 return M.loss_and_grads(params, i, t, d_bits, g, acc, rope, pool=self._pool)
         d_bits = f32_bits(float(count))
         tied = cfg.tie_word_embeddings
-        emb_acc = np.zeros_like(self.params.arrays[emb]) if want else None
+        emb_acc = self._emb_zeros(emb) if want else None
         parts = []
         losses = []
         rb = B // A
@@ -303,8 +303,7 @@ class Trainer:
         folded, all_losses, all_dy, all_ids = comm.fold(
             sums, T, starts, losses, sums.dx, np.ascontiguousarray(ids.reshape(-1)), d)
         loss = _bits_f32(native().train_fold_div((_a(all_losses), all_losses.size, d_bits)))
-        emb = np.zeros_like(self.params.arrays[SM.EMBED if self._ssm
-                                               else "model.embed_tokens.weight"])
+        emb = self._emb_zeros(SM.EMBED if self._ssm else "model.embed_tokens.weight")
         TK.embedding_backward_into(all_dy, all_ids, emb)  # T-13 in the batch's order
         out = []
         for n in self.params.names:
@@ -350,6 +349,21 @@ class Trainer:
             g = folded[p + "gu"]
             return np.ascontiguousarray(g[:ff] if rest.startswith("gate") else g[ff:])
         return np.ascontiguousarray(folded[n])
+
+    def _emb_zeros(self, emb):
+        """The embedding's gradient accumulator (T-13's chain runs into it), made once
+        and zeroed for each call, as the gradient buffers are reused (_grad_buffer; what
+        gradients() returns are copies). A fresh one every step was a new array of the
+        embedding's size (154 MB for a 50280 x 768 embedding) whose pages the zeroing
+        faulted in: 6-16 ms a step, but 180-340 ms when the step came right after a
+        transformers + torch step in the same process (the bench's interleaved peer;
+        AMD EPYC Zen 4, Mamba-1 2-layer d768 step 574-604 -> 798-924 ms)."""
+        buf = self.__dict__.get("_emb_buf")
+        if buf is None or buf.shape != self.params.arrays[emb].shape:
+            buf = self._emb_buf = np.zeros_like(self.params.arrays[emb])
+        else:
+            buf.fill(0)
+        return buf
 
     def _grad_buffer(self, a):
         """Micro-batch a's gradient buffers, made once and reused (every entry is written
