@@ -15,6 +15,7 @@ import pytest
 import mamba1_train_oracle as MO
 import mamba_oracle as SO
 from every_build import outputs_of_every_build
+from pool_check import pooled_trainer_matches_fresh
 from mojolearn import training
 from mojolearn._train import kernels as TK
 from mojolearn.models import CausalLM
@@ -387,29 +388,7 @@ def test_T74_reused_step_arrays_change_no_bit(models):
     calls = [("step", batch(V, B=2, L=24, seed=3), 1), ("step", batch(V, B=4, L=64, seed=4), 2),
              ("gradients", batch(V, B=2, L=17, seed=5), 1), ("loss", batch(V, B=3, L=9, seed=6), 1),
              ("step", batch(V, B=2, L=24, seed=8), 1)]
-    for func, ids, acc in calls:
-        if func == "step":
-            la, lb = a.step(ids, accumulation=acc), b.step(ids, accumulation=acc)
-            assert bits(np.float32(la))[()] == bits(np.float32(lb))[()], func
-        elif func == "gradients":
-            same_grads(a.gradients(ids), b.gradients(ids))
-        else:
-            assert bits(np.float32(a.loss(ids)))[()] == bits(np.float32(b.loss(ids)))[()]
-    same_grads(a.weights(), b.weights())
-    ids = batch(V, B=2, L=24, seed=9)
-    a.step(ids)
-    b.step(ids)
-    before = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
-    takes = []
-    take = a._pool.take
-    a._pool.take = lambda shape: takes.append(shape) or take(shape)
-    a.step(ids)
-    del a._pool.take
-    b.step(ids)
-    after = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
-    assert before and before == after
-    assert sum(map(len, after.values())) < len(takes)
-    same_grads(a.weights(), b.weights())
+    pooled_trainer_matches_fresh(a, b, calls, batch(V, B=2, L=24, seed=9), same_grads)
 
 
 def test_T74_micro_batches_give_the_whole_batchs_bits(models):

@@ -14,6 +14,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from every_build import outputs_of_every_build
+from pool_check import pooled_trainer_matches_fresh
 from mojolearn import training
 from mojolearn.models import CausalLM
 
@@ -281,34 +282,7 @@ def test_T59_reused_step_arrays_change_no_bit(models, arch):
     calls = [("step", batch(V, B=4, L=64, seed=3), 1), ("step", batch(V, B=4, L=64, seed=4), 2),
              ("gradients", batch(V, B=2, L=40, seed=5), 1), ("loss", batch(V, B=3, L=17, seed=6), 1),
              ("step", batch(V, B=4, L=64, seed=8), 1)]
-    for func, ids, acc in calls:
-        if func == "step":
-            la, lb = a.step(ids, accumulation=acc), b.step(ids, accumulation=acc)
-            assert bits(np.float32(la))[()] == bits(np.float32(lb))[()], func
-        elif func == "gradients":
-            same_grads(a.gradients(ids), b.gradients(ids))
-        else:
-            assert bits(np.float32(a.loss(ids)))[()] == bits(np.float32(b.loss(ids)))[()]
-    same_grads(a.weights(), b.weights())
-    # the arrays of one step are taken again by the next
-    ids = batch(V, B=4, L=64, seed=9)
-    a.step(ids)
-    b.step(ids)
-    # (the pool holds every array of the last call until the next release, so their ids
-    # stay unique; holding them here would keep the call from reusing them mid-call)
-    before = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
-    takes = []
-    take = a._pool.take
-    a._pool.take = lambda shape: takes.append(shape) or take(shape)
-    a.step(ids)
-    del a._pool.take
-    b.step(ids)
-    after = {k: sorted(id(x) for x in v) for k, v in a._pool._used.items()}
-    assert before and before == after
-    # within the call, arrays the code dropped were taken again: the pool holds fewer
-    # than the call asked for (the backward's per-layer temporaries share arrays)
-    assert sum(map(len, after.values())) < len(takes)
-    same_grads(a.weights(), b.weights())
+    pooled_trainer_matches_fresh(a, b, calls, batch(V, B=4, L=64, seed=9), same_grads)
     # two threads at once on one trainer: the second runs without the pool
     ids2 = [batch(V, B=2, L=48, seed=s) for s in (12, 13)]
     want = [bits(np.float32(b.loss(i)))[()] for i in ids2]
