@@ -161,6 +161,44 @@ def test_decode_nt_rows_on_the_l1_set_period(k, n):
         mojolearn.set_num_threads(prev)
 
 
+@pytest.mark.parametrize("k,n", [(512, 100), (640, 17), (1024, 16), (1152, 40), (1920, 33),
+                                 (8064, 24), (8192, 9), (8320, 16)],
+                         ids=lambda v: str(v))
+def test_decode_nt_leaves_in_lanes(k, n):
+    """6.1 6.3 6.4 6.5: one row against B stored (n, k) made of 4 to 64 whole leaves of 128
+    (the decode rows then put each output's leaves in the lanes of a vector and read its
+    row of B front to back, mojo/gemm/cpu/rows_f32.mojo _rows_nt_lanes; 65 leaves, k = 8320,
+    go the other way) gives the oracle's bits with 1 and 2 threads: 4, 5, 8, 9, 15, 63 and
+    64 leaves; fewer columns than a group of the vector width, a short last group and a
+    second task's columns; lanes past the last leaf reading the next row's first values
+    (NaN at the start of row 2, inf at the start of row 4: outputs 1 and 3 must not see
+    them) and the last row copied into a zero-padded one; subnormal, signed-zero and huge
+    entries."""
+    import mojolearn
+
+    r = np.random.default_rng(k * 7 + n)
+    x = r.standard_normal((1, k)).astype(F32)
+    bt = r.standard_normal((n, k)).astype(F32)
+    x[0, ::7] = F32(1e-39)
+    x[0, 1::13] = F32(-0.0)
+    bt[:, 3::11] = F32(-1e-40)
+    x[0, 5] = F32(2.0)
+    bt[1, 5] = F32(3e38)       # 6e38: inf in column 1 only
+    bt[2, 0] = np.nan          # column 2 is NaN; row 1's spare lanes read it
+    bt[4, 0] = np.inf          # column 4 is inf or NaN; row 3's spare lanes read it
+    bt[n - 1] = 0.0            # the last column: signed zeros only
+    bt[n - 1, 1::3] = F32(-0.0)
+    exp = oracle(x, bt.T)
+    assert np.isfinite(exp[0, 3]) and not np.isnan(exp[0, 1])
+    prev = mojolearn.get_num_threads()
+    try:
+        for t in (1, 2):
+            mojolearn.set_num_threads(t)
+            assert_same_bits(linalg.matmul(x, bt, transpose_b=True), exp, f"k={k} n={n} threads={t}")
+    finally:
+        mojolearn.set_num_threads(prev)
+
+
 def test_blocked_path_column_chunks_large_k():
     """6.4 6.5: m > MC, SMALL_M with k = 131073: the blocked path packs B in 32-column
     chunks at this k, so n = 70 crosses chunk boundaries (sampled rows vs the oracle)."""
