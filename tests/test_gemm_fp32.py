@@ -162,18 +162,21 @@ def test_decode_nt_rows_on_the_l1_set_period(k, n):
 
 
 @pytest.mark.parametrize("k,n", [(512, 100), (640, 17), (1024, 16), (1152, 40), (1920, 33),
-                                 (8064, 24), (8192, 9), (8320, 16)],
+                                 (8064, 24), (8192, 9), (8320, 16), (448, 33), (576, 40),
+                                 (960, 24), (1000, 17), (580, 16)],
                          ids=lambda v: str(v))
 def test_decode_nt_leaves_in_lanes(k, n):
-    """6.1 6.3 6.4 6.5: one row against B stored (n, k) made of 4 to 64 whole leaves of 128
-    (the decode rows then put each output's leaves in the lanes of a vector and read its
-    row of B front to back, mojo/gemm/cpu/rows_f32.mojo _rows_nt_lanes; 65 leaves, k = 8320,
-    go the other way) gives the oracle's bits with 1 and 2 threads: 4, 5, 8, 9, 15, 63 and
-    64 leaves; fewer columns than a group of the vector width, a short last group and a
-    second task's columns; lanes past the last leaf reading the next row's first values
-    (NaN at the start of row 2, inf at the start of row 4: outputs 1 and 3 must not see
-    them) and the last row copied into a zero-padded one; subnormal, signed-zero and huge
-    entries."""
+    """6.1 6.3 6.4 6.5: one row against B stored (n, k) made of 4 to 64 leaves of 128, the
+    last one possibly short by a multiple of 8 steps (the decode rows then put each
+    output's leaves in the lanes of a vector and read its row of B front to back,
+    mojo/gemm/cpu/rows_f32.mojo _rows_nt_lanes; 65 leaves, k = 8320, and a last leaf of 68
+    steps, k = 580, go the other way) gives the oracle's bits with 1 and 2 threads: 4, 5,
+    8, 9, 15, 63 and 64 whole leaves; short last leaves of 64 and 104 steps (k = 448, 576,
+    960, 1000); fewer columns than a group of the vector width, a short last group and a
+    second task's columns; lanes past the last leaf, and the short leaf's lane past its
+    end, reading the next row's first values (NaN at the start of row 2, inf at the start
+    of row 4: outputs 1 and 3 must not see them) and the last row copied into a
+    zero-padded one; subnormal, signed-zero and huge entries."""
     import mojolearn
 
     r = np.random.default_rng(k * 7 + n)

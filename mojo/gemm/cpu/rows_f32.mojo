@@ -6,8 +6,8 @@ the binary-counter tree.
 Only the loop order differs: B is streamed RKB rows at a time (kk outer, columns
 inner), which is how B arrives in memory in the NN layout (no packing at all); in
 the NT layout each leaf's B block is transposed in chunks of TCHUNK columns first,
-or, for one row and whole leaves, each output's leaves run in the lanes of a vector
-while its row of B is read front to back (_rows_nt_lanes).
+or, for one row and leaves of 128, each output's leaves run in the lanes of a
+vector while its row of B is read front to back (_rows_nt_lanes).
 The per-output leaf accumulators live in a small L1 buffer instead of registers,
 each loaded once, stepped RKB times in registers and stored once a pass.
 """
@@ -232,8 +232,8 @@ def _rows_nt_one(
 
 
 # The leaves-in-lanes NT kernel (_rows_nt_lanes): one row of A, B stored (n, k), k made of
-# LANES_MIN to LANES_MAX whole leaves of LANES_L steps (fp32.v1's leaf for k up to
-# 131072). Each output's leaves are the lanes of LANES_VW-float vectors, so its row of B
+# LANES_MIN to LANES_MAX leaves of LANES_L steps (fp32.v1's leaf for k up to 131072), the
+# last one possibly short by a multiple of LANES_VW steps. Each output's leaves are the lanes of LANES_VW-float vectors, so its row of B
 # is read along its length, and the row PF_AHEAD floats on is prefetched. The paths it
 # replaces there put W outputs in the lanes and read W rows of B at once, which the
 # hardware prefetchers did not follow. AMD EPYC Zen 4, 2 threads, alternating processes,
@@ -241,7 +241,11 @@ def _rows_nt_one(
 # 2.0, 1 x 3072 x 768 0.38-0.42 -> 0.26-0.28, 1 x 4096 x 512 0.33-0.40 -> 0.31-0.36,
 # 1 x 4864 x 896 0.70-0.89 -> 0.40-0.51, 1 x 576 x 1536 0.11-0.13 -> 0.10; v3 1 x 4096 x
 # 4096 2.7-2.9 -> 1.5-2.1, 1 x 8192 x 2048 2.7-2.8 -> 1.4-1.9, 1 x 576 x 1536 0.16-0.18 ->
-# 0.12-0.14, 1 x 4864 x 896 0.78-0.84 -> 0.40-0.46. Slower: 1 x 896 x 896 (7 leaves, B
+# 0.12-0.14, 1 x 4864 x 896 0.78-0.84 -> 0.40-0.46. With a short last leaf (64 of k =
+# 576's 5 leaves), v4 and v3: 1 x 49152 x 576 5.7-6.3 -> 3.8-4.0, 1 x 1536 x 576
+# 0.17-0.21 -> 0.15-0.16, 1 x 4864 x 960 0.82-0.94 -> 0.45-0.60; 1 x 576 x 576 0.04 ->
+# 0.07 with 4 weights in turn (B in L3), 0.09-0.17 -> 0.07-0.10 with 64 (B from memory,
+# as in a model's decode). Slower: 1 x 896 x 896 (7 leaves, B
 # in L3) 0.07-0.08 -> 0.08-0.09 on both builds. Measured and not taken: 16-float
 # vectors on AVX-512 (no faster: 16 x 16 transposes run at half rate on Zen 4), one row
 # ahead only (short rows lost: 1 x 4096 x 512 v4 0.37 -> 0.56), 8192 floats ahead (no
@@ -254,7 +258,8 @@ comptime PF_AHEAD = 2048
 
 
 @always_inline
-def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, at: F32Ptr, lb: F32Ptr, jj: Int, nxt: F32Ptr):
+def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, lk_last: Int, at: F32Ptr, lb: F32Ptr, jj: Int,
+                           nxt: F32Ptr):
     """One row of A against one row of the stored B at r0 (NT layout: one output), nl
     whole leaves of LANES_L steps: every leaf is a lane (leaf v * VW + r in lane r of
     vector v, nvl vectors). Per block of VW steps, the VW leaves' next VW values (one
@@ -265,9 +270,16 @@ def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, at: F32Ptr, lb: F32Ptr
     sure that is memory it may read) against those zeros and are never stored. Leaf
     l's value goes to lb[l * W + jj] (not yet flushed). Each block also prefetches its
     share of the row at nxt (the next output's), in order: a block's loads are VW
-    lines a leaf apart, too short a run for the hardware's stride prefetchers."""
+    lines a leaf apart, too short a run for the hardware's stride prefetchers.
+    The last leaf may be short (lk_last steps, a multiple of VW): from there on its
+    lane keeps its value (a select; the other lanes step on)."""
     comptime PF = VW * VW // 16  # lines of the next row a block (its nvl * VW leaves over its blocks)
     var nlp = nvl * VW
+    var vlast = (nl - 1) // VW
+    var iota = SIMD[DType.int32, VW]()
+    comptime for r in range(VW):
+        iota[r] = Int32(r)
+    var keep = iota.eq(SIMD[DType.int32, VW](Int32((nl - 1) % VW)))
     for v in range(nvl):
         var c = SIMD[DType.float32, VW](0)
         var blk = Array[SIMD[DType.float32, VW], VW](fill=SIMD[DType.float32, VW](0))
@@ -281,8 +293,12 @@ def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, at: F32Ptr, lb: F32Ptr
                 blk[r] = row.unsafe_load[width=VW](r * LANES_L)
             transpose_sq[DType.float32, VW](blk)
             var ap = at.unsafe_offset(s0 * nlp + v * VW)
-            comptime for t in range(VW):
-                c = chain_step_daz[VW](ap.unsafe_load[width=VW](t * nlp), blk[t], c)
+            if v == vlast and s0 >= lk_last:
+                comptime for t in range(VW):
+                    c = keep.select(c, chain_step_daz[VW](ap.unsafe_load[width=VW](t * nlp), blk[t], c))
+            else:
+                comptime for t in range(VW):
+                    c = chain_step_daz[VW](ap.unsafe_load[width=VW](t * nlp), blk[t], c)
             s0 += VW
         comptime for r in range(VW):
             if v * VW + r < nl:
@@ -290,11 +306,12 @@ def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, at: F32Ptr, lb: F32Ptr
 
 
 def _rows_nt_lanes(
-    g: GemmArgs, i_lo: Int, j_lo: Int, nc8: Int, p_lo: Int, nleaves: Int, levels: Int,
+    g: GemmArgs, i_lo: Int, j_lo: Int, nc8: Int, p_lo: Int, nleaves: Int, lk_last: Int, levels: Int,
     stride: Int, per: Int, slots: F32Ptr, tbuf: F32Ptr, dst: F32Ptr, ldo: Int,
 ):
     """One row of the NT layout, columns [0, nc8) of the task (nc8 a multiple of W),
-    leaves [p_lo, p_lo + nleaves) all whole (LANES_L steps), at most LANES_MAX: one
+    leaves [p_lo, p_lo + nleaves) of LANES_L steps but the last (lk_last steps, a
+    multiple of LANES_VW), at most LANES_MAX: one
     output at a time, its leaves in the lanes of LANES_VW-float vectors (_nt_lanes_row), then
     per group of W outputs every leaf merged in ascending order (_merge_chunk). A row
     whose padding lanes would read past the end of B is first copied into a
@@ -310,7 +327,7 @@ def _rows_nt_lanes(
     for st in range(LANES_L):
         for l in range(nlp):
             var x = Float32(0)
-            if l < nleaves:
+            if l < nleaves and (l < nleaves - 1 or st < lk_last):
                 x = _a_at(g, i_lo, k0 + l * LANES_L + st)
             at.unsafe_store(st * nlp + l, x)
     # rows prefetched ahead: at least PF_AHEAD floats, so that a short row's lines are
@@ -323,10 +340,10 @@ def _rows_nt_lanes(
             var r0 = s.unsafe_offset(j * k + k0)
             if j * k + k0 + nlp * LANES_L > g.n * k:
                 for q in range(nlp * LANES_L):
-                    pad.unsafe_store(q, r0.unsafe_load(q) if q < nleaves * LANES_L else Float32(0))
+                    pad.unsafe_store(q, r0.unsafe_load(q) if q < (nleaves - 1) * LANES_L + lk_last else Float32(0))
                 r0 = pad
             var nxt = s.unsafe_offset((j + ahead) * k + k0) if j + ahead < g.n else r0
-            _nt_lanes_row[LANES_VW](r0, nleaves, nvl, at, lb, jj, nxt)
+            _nt_lanes_row[LANES_VW](r0, nleaves, nvl, lk_last, at, lb, jj, nxt)
         for p in range(nleaves):
             _merge_chunk(lb.unsafe_offset(p * W - jc), slots, dst, ldo, 1, stride, per,
                          jc, jc + W, p, nleaves, levels)
@@ -389,9 +406,10 @@ def f32_rows(
     # all of k in turn, one long stream per row), leaves inner
     var jc = 0
     comptime if W == 8 or W == 16:
-        # One row against B stored (n, k) made of LANES_MIN to LANES_MAX whole leaves of
-        # LANES_L: each output's leaves in the lanes, its row of B read along its
-        # length (_rows_nt_lanes; the measurements are at LANES_L). Otherwise:
+        # One row against B stored (n, k) made of LANES_MIN to LANES_MAX leaves of
+        # LANES_L (the last one short by a multiple of LANES_VW at most): each output's
+        # leaves in the lanes, its row of B read along its length (_rows_nt_lanes; the
+        # measurements are at LANES_L). Otherwise:
         # AVX2 (v3), one row, rows of the stored B 4k bytes apart with 4k a multiple of 1 KiB:
         # the TCHUNK rows of a chunk would fall in at most 4 of the 64 L1 sets (x86's 4 KiB
         # set period), and the interleaved form of _leaf_nt_fused, which reads each line in
@@ -408,10 +426,12 @@ def f32_rows(
         # 1 x 2048 x 2048 9.0 -> 10.6-11.1, 1 x 4096 x 1024 9.0 -> 10.1-10.5, 1 x 8192 x
         # 2048 9.4 -> 11.3-12.1; with k = 512 or 768 (rows 2 or 3 KiB apart) it was
         # slower (1 x 49152 x 512 10.8 -> 9.0-9.2, 1 x 4096 x 768 10.3-10.6 -> 9.2-9.4)
-        if (g.trans_b and rows == 1 and L == LANES_L and (p_lo + nleaves) * L <= k
+        var lk_last = min(L, k - (p_lo + nleaves - 1) * L)
+        if (g.trans_b and rows == 1 and L == LANES_L and lk_last % LANES_VW == 0
                 and LANES_MIN <= nleaves and nleaves <= LANES_MAX):
             jc = nc // W * W
-            _rows_nt_lanes(g, i_lo, j_lo, jc, p_lo, nleaves, levels, stride, per, slots, tbuf, dst, ldo)
+            _rows_nt_lanes(g, i_lo, j_lo, jc, p_lo, nleaves, lk_last, levels, stride, per, slots, tbuf,
+                           dst, ldo)
         elif g.trans_b and rows == 1 and L % W == 0 and k % NT_ONE_K == 0:
             jc = nc // W * W
             _rows_nt_one(g, i_lo, j_lo, jc, p_lo, nleaves, levels, acc, stride, per, slots,
