@@ -29,7 +29,8 @@ def rows_ws(g: GemmArgs, cols: Int) -> Int:
     var per = round_up(cols, 16) * ROWS_MAX
     # the NT scratch: a transposed chunk (TCHUNK x L), or the leaves-in-lanes kernel's
     # step-major A row and its leaf values (_rows_nt_lanes)
-    return per * (1 + max(bit_length(nleaves), 1)) + max(TCHUNK * L, (2 * L + W) * round_up(LANES_MAX, LANES_VW))
+    var lanes = (2 * L + W) * round_up(LANES_MAX, LANES_VW)
+    return per * (1 + max(bit_length(nleaves), 1)) + max(TCHUNK * L, lanes)
 
 
 @always_inline
@@ -231,25 +232,25 @@ def _rows_nt_one(
         jc += W
 
 
-# The leaves-in-lanes NT kernel (_rows_nt_lanes): one row of A, B stored (n, k), k made of
-# LANES_MIN to LANES_MAX leaves of LANES_L steps (fp32.v1's leaf for k up to 131072), the
-# last one possibly short by a multiple of LANES_VW steps. Each output's leaves are the lanes of LANES_VW-float vectors, so its row of B
-# is read along its length, and the row PF_AHEAD floats on is prefetched. The paths it
-# replaces there put W outputs in the lanes and read W rows of B at once, which the
-# hardware prefetchers did not follow. AMD EPYC Zen 4, 2 threads, alternating processes,
-# 4 weights in turn, ms: v4 1 x 4096 x 4096 2.9-3.2 -> 2.1-2.4, 1 x 8192 x 2048 2.9-3.1 ->
-# 2.0, 1 x 3072 x 768 0.38-0.42 -> 0.26-0.28, 1 x 4096 x 512 0.33-0.40 -> 0.31-0.36,
-# 1 x 4864 x 896 0.70-0.89 -> 0.40-0.51, 1 x 576 x 1536 0.11-0.13 -> 0.10; v3 1 x 4096 x
-# 4096 2.7-2.9 -> 1.5-2.1, 1 x 8192 x 2048 2.7-2.8 -> 1.4-1.9, 1 x 576 x 1536 0.16-0.18 ->
-# 0.12-0.14, 1 x 4864 x 896 0.78-0.84 -> 0.40-0.46. With a short last leaf (64 of k =
-# 576's 5 leaves), v4 and v3: 1 x 49152 x 576 5.7-6.3 -> 3.8-4.0, 1 x 1536 x 576
-# 0.17-0.21 -> 0.15-0.16, 1 x 4864 x 960 0.82-0.94 -> 0.45-0.60; 1 x 576 x 576 0.04 ->
-# 0.07 with 4 weights in turn (B in L3), 0.09-0.17 -> 0.07-0.10 with 64 (B from memory,
-# as in a model's decode). Slower: 1 x 896 x 896 (7 leaves, B
-# in L3) 0.07-0.08 -> 0.08-0.09 on both builds. Measured and not taken: 16-float
-# vectors on AVX-512 (no faster: 16 x 16 transposes run at half rate on Zen 4), one row
-# ahead only (short rows lost: 1 x 4096 x 512 v4 0.37 -> 0.56), 8192 floats ahead (no
-# better), 2 or 3 leaves (k = 256: 0.18-0.29 -> 0.29 on v4)
+# The leaves-in-lanes NT kernel (_rows_nt_lanes): one row of A, B stored (n, k), k made
+# of LANES_MIN to LANES_MAX leaves of LANES_L steps (fp32.v1's leaf for k up to 131072),
+# the last one possibly short by a multiple of LANES_VW steps. Each output's leaves are
+# the lanes of LANES_VW-float vectors, so its row of B is read along its length, and the
+# row PF_AHEAD floats on is prefetched. The paths it replaces there put W outputs in the
+# lanes and read W rows of B at once, which the hardware prefetchers did not follow.
+# AMD EPYC Zen 4, 2 threads, alternating processes, 4 weights in turn, ms: v4 1 x 4096 x
+# 4096 2.9-3.2 -> 2.1-2.4, 1 x 8192 x 2048 2.9-3.1 -> 2.0, 1 x 3072 x 768 0.38-0.42 ->
+# 0.26-0.28, 1 x 4096 x 512 0.33-0.40 -> 0.31-0.36, 1 x 4864 x 896 0.70-0.89 ->
+# 0.40-0.51, 1 x 576 x 1536 0.11-0.13 -> 0.10; v3 1 x 4096 x 4096 2.7-2.9 -> 1.5-2.1,
+# 1 x 8192 x 2048 2.7-2.8 -> 1.4-1.9, 1 x 576 x 1536 0.16-0.18 -> 0.12-0.14, 1 x 4864 x
+# 896 0.78-0.84 -> 0.40-0.46. With a short last leaf (64 of k = 576's 5 leaves), v4 and
+# v3: 1 x 49152 x 576 5.7-6.3 -> 3.8-4.0, 1 x 1536 x 576 0.17-0.21 -> 0.15-0.16, 1 x 4864
+# x 960 0.82-0.94 -> 0.45-0.60; 1 x 576 x 576 0.04 -> 0.07 with 4 weights in turn (B in
+# L3), 0.09-0.17 -> 0.07-0.10 with 64 (B from memory, as in a model's decode). Slower:
+# 1 x 896 x 896 (7 leaves, B in L3) 0.07-0.08 -> 0.08-0.09 on both builds. Measured and
+# not taken: 16-float vectors on AVX-512 (no faster: 16 x 16 transposes run at half rate
+# on Zen 4), one row ahead only (short rows lost: 1 x 4096 x 512 v4 0.37 -> 0.56), 8192
+# floats ahead (no better), 2 or 3 leaves (k = 256: 0.18-0.29 -> 0.29 on v4)
 comptime LANES_L = 128
 comptime LANES_MIN = 4
 comptime LANES_MAX = 64
@@ -258,11 +259,12 @@ comptime PF_AHEAD = 2048
 
 
 @always_inline
-def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, lk_last: Int, at: F32Ptr, lb: F32Ptr, jj: Int,
-                           nxt: F32Ptr):
+def _nt_lanes_row[VW: Int](
+    r0: F32Ptr, nl: Int, nvl: Int, lk_last: Int, at: F32Ptr, lb: F32Ptr, jj: Int, nxt: F32Ptr
+):
     """One row of A against one row of the stored B at r0 (NT layout: one output), nl
-    whole leaves of LANES_L steps: every leaf is a lane (leaf v * VW + r in lane r of
-    vector v, nvl vectors). Per block of VW steps, the VW leaves' next VW values (one
+    leaves of LANES_L steps (the last one lk_last): every leaf is a lane (leaf v * VW + r
+    in lane r of vector v, nvl vectors). Per block of VW steps, the VW leaves' next VW values (one
     load each) are transposed in registers and stepped in ascending order: leaf l's
     chain is fma(a[l*L + s], b[l*L + s], acc) from +0, s ascending, as every other
     path computes it. at holds A step-major (at[s * nvl * VW + l] = a[l * L + s], +0
@@ -273,7 +275,7 @@ def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, lk_last: Int, at: F32P
     lines a leaf apart, too short a run for the hardware's stride prefetchers.
     The last leaf may be short (lk_last steps, a multiple of VW): from there on its
     lane keeps its value (a select; the other lanes step on)."""
-    comptime PF = VW * VW // 16  # lines of the next row a block (its nvl * VW leaves over its blocks)
+    comptime PF = VW * VW // 16  # lines of the next row a block (its leaves over its blocks)
     var nlp = nvl * VW
     var vlast = (nl - 1) // VW
     var iota = SIMD[DType.int32, VW]()
@@ -288,14 +290,16 @@ def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, lk_last: Int, at: F32P
             var row = r0.unsafe_offset(v * VW * LANES_L + s0)
             var bi = v * (LANES_L // VW) + s0 // VW
             comptime for q in range(PF):
-                prefetch[PrefetchOptions().for_read().medium_locality()](nxt.unsafe_offset((bi * PF + q) * 16))
+                var line = nxt.unsafe_offset((bi * PF + q) * 16)
+                prefetch[PrefetchOptions().for_read().medium_locality()](line)
             comptime for r in range(VW):
                 blk[r] = row.unsafe_load[width=VW](r * LANES_L)
             transpose_sq[DType.float32, VW](blk)
             var ap = at.unsafe_offset(s0 * nlp + v * VW)
             if v == vlast and s0 >= lk_last:
                 comptime for t in range(VW):
-                    c = keep.select(c, chain_step_daz[VW](ap.unsafe_load[width=VW](t * nlp), blk[t], c))
+                    var x = chain_step_daz[VW](ap.unsafe_load[width=VW](t * nlp), blk[t], c)
+                    c = keep.select(c, x)
             else:
                 comptime for t in range(VW):
                     c = chain_step_daz[VW](ap.unsafe_load[width=VW](t * nlp), blk[t], c)
@@ -306,16 +310,15 @@ def _nt_lanes_row[VW: Int](r0: F32Ptr, nl: Int, nvl: Int, lk_last: Int, at: F32P
 
 
 def _rows_nt_lanes(
-    g: GemmArgs, i_lo: Int, j_lo: Int, nc8: Int, p_lo: Int, nleaves: Int, lk_last: Int, levels: Int,
-    stride: Int, per: Int, slots: F32Ptr, tbuf: F32Ptr, dst: F32Ptr, ldo: Int,
+    g: GemmArgs, i_lo: Int, j_lo: Int, nc8: Int, p_lo: Int, nleaves: Int, lk_last: Int,
+    levels: Int, stride: Int, per: Int, slots: F32Ptr, tbuf: F32Ptr, dst: F32Ptr, ldo: Int,
 ):
     """One row of the NT layout, columns [0, nc8) of the task (nc8 a multiple of W),
     leaves [p_lo, p_lo + nleaves) of LANES_L steps but the last (lk_last steps, a
-    multiple of LANES_VW), at most LANES_MAX: one
-    output at a time, its leaves in the lanes of LANES_VW-float vectors (_nt_lanes_row), then
-    per group of W outputs every leaf merged in ascending order (_merge_chunk). A row
-    whose padding lanes would read past the end of B is first copied into a
-    zero-padded row."""
+    multiple of LANES_VW), at most LANES_MAX: one output at a time, its leaves in the
+    lanes of LANES_VW-float vectors (_nt_lanes_row), then per group of W outputs every
+    leaf merged in ascending order (_merge_chunk). A row whose spare lanes would read
+    past the end of B is first copied into a zero-padded row."""
     var s = F32Ptr(unsafe_from_address=g.b)
     var k = g.k
     var k0 = p_lo * LANES_L
@@ -340,7 +343,8 @@ def _rows_nt_lanes(
             var r0 = s.unsafe_offset(j * k + k0)
             if j * k + k0 + nlp * LANES_L > g.n * k:
                 for q in range(nlp * LANES_L):
-                    pad.unsafe_store(q, r0.unsafe_load(q) if q < (nleaves - 1) * LANES_L + lk_last else Float32(0))
+                    var inside = q < (nleaves - 1) * LANES_L + lk_last
+                    pad.unsafe_store(q, r0.unsafe_load(q) if inside else Float32(0))
                 r0 = pad
             var nxt = s.unsafe_offset((j + ahead) * k + k0) if j + ahead < g.n else r0
             _nt_lanes_row[LANES_VW](r0, nleaves, nvl, lk_last, at, lb, jj, nxt)
@@ -430,8 +434,8 @@ def f32_rows(
         if (g.trans_b and rows == 1 and L == LANES_L and lk_last % LANES_VW == 0
                 and LANES_MIN <= nleaves and nleaves <= LANES_MAX):
             jc = nc // W * W
-            _rows_nt_lanes(g, i_lo, j_lo, jc, p_lo, nleaves, lk_last, levels, stride, per, slots, tbuf,
-                           dst, ldo)
+            _rows_nt_lanes(g, i_lo, j_lo, jc, p_lo, nleaves, lk_last, levels, stride, per, slots,
+                           tbuf, dst, ldo)
         elif g.trans_b and rows == 1 and L % W == 0 and k % NT_ONE_K == 0:
             jc = nc // W * W
             _rows_nt_one(g, i_lo, j_lo, jc, p_lo, nleaves, levels, acc, stride, per, slots,
