@@ -128,17 +128,19 @@ def test_random_large_k(m, k, n):
 
 
 @pytest.mark.parametrize("k,n", [(256, 32), (1024, 100), (1536, 64), (2048, 16), (3072, 47),
-                                 (4096, 33), (139264, 32), (138752, 17)],
+                                 (4096, 33), (16384, 24), (139264, 32), (138752, 17)],
                          ids=lambda v: str(v))
 def test_decode_nt_rows_on_the_l1_set_period(k, n):
     """6.1 6.3 6.4 6.5: one row against B stored (n, k) with k a multiple of 256 (rows
-    4k bytes apart, a multiple of 1 KiB: the AVX2 decode rows read the stored B one
-    8-column group at a time, two of its leaves side by side, and a short last leaf
-    through the transposed chunk, mojo/gemm/cpu/rows_f32.mojo; AVX-512 does so for k a
-    multiple of 1024, one 16-column group at a time) gives the
-    oracle's bits with 1 and 2 threads: full chunks of columns and a short one, and
-    k = 139264 (L = 136: every leaf ends on a half line) and k = 138752 (L = 136, a
-    short last leaf of 32 k-steps), with subnormal, zero, huge and NaN entries."""
+    4k bytes apart, a multiple of 1 KiB) gives the oracle's bits with 1 and 2 threads:
+    full chunks of columns and a short one, with subnormal, zero, huge and NaN entries.
+    k = 1024 to 4096 (8 to 32 leaves of 128) take the leaves-in-lanes rows
+    (mojo/gemm/cpu/rows_f32.mojo _rows_nt_lanes). The others take the one-row kernel
+    where the rows fall in few L1 sets (_rows_nt_one: one W-column group at a time, two
+    of its leaves side by side, a short last leaf through the transposed chunk; AVX2
+    for k a multiple of 256, AVX-512 of 1024): k = 256 (2 leaves), 16384 (128 leaves),
+    139264 (L = 136: every leaf ends on a half line) and 138752 (L = 136, a short last
+    leaf of 32 k-steps)."""
     import mojolearn
 
     r = np.random.default_rng(k + n)
