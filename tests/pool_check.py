@@ -9,6 +9,15 @@ def _bits(x):
     return np.float32(x).view(np.uint32)[()]
 
 
+def changing_calls(batch, V):
+    """The calls the Mamba trainers' pool tests run (``batch(V, B=, L=, seed=)`` makes one
+    batch of token ids): steps of two shapes, one with micro-batches, gradients and a
+    loss of two more, and a step of the first shape again."""
+    return [("step", batch(V, B=2, L=24, seed=3), 1), ("step", batch(V, B=4, L=64, seed=4), 2),
+            ("gradients", batch(V, B=2, L=17, seed=5), 1), ("loss", batch(V, B=3, L=9, seed=6), 1),
+            ("step", batch(V, B=2, L=24, seed=8), 1)]
+
+
 def pooled_trainer_matches_fresh(a, b, calls, ids, same_grads):
     """a: a Trainer with its pool; b: the same Trainer made again with ``b._pool = None``
     (every array new, as before the pool). ``calls``: (func, ids, accumulation) with

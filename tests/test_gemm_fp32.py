@@ -127,6 +127,39 @@ def test_random_large_k(m, k, n):
         check_all_layouts(a, b, "large k", exp=exp)
 
 
+def nt_decode_operands(k, n, seed):
+    """One row x (1, k) and B stored (n, k) for the NT decode tests: subnormal and -0
+    entries of x, subnormal entries of B, an inf in column 1 (6e38), a NaN at the start
+    of row 2 (column 2 NaN) and a last row of zeros."""
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((1, k)).astype(F32)
+    bt = r.standard_normal((n, k)).astype(F32)
+    x[0, ::7] = F32(1e-39)
+    x[0, 1::13] = F32(-0.0)
+    bt[:, 3::11] = F32(-1e-40)
+    x[0, 5] = F32(2.0)
+    bt[1, 5] = F32(3e38)       # 6e38: inf in column 1 only
+    bt[2, 0] = np.nan          # column 2 is NaN
+    bt[n - 1] = 0.0            # the last column: signed zeros only
+    return x, bt
+
+
+def nt_decode_matches_oracle(x, bt):
+    """x @ bt.T through transpose_b on 1 and 2 threads: the oracle's bits. Returns them."""
+    import mojolearn
+
+    exp = oracle(x, bt.T)
+    prev = mojolearn.get_num_threads()
+    try:
+        for t in (1, 2):
+            mojolearn.set_num_threads(t)
+            assert_same_bits(linalg.matmul(x, bt, transpose_b=True), exp,
+                             f"k={x.shape[1]} n={bt.shape[0]} threads={t}")
+    finally:
+        mojolearn.set_num_threads(prev)
+    return exp
+
+
 @pytest.mark.parametrize("k,n", [(256, 32), (1024, 100), (1536, 64), (2048, 16), (3072, 47),
                                  (4096, 33), (16384, 24), (139264, 32), (138752, 17)],
                          ids=lambda v: str(v))
@@ -141,26 +174,8 @@ def test_decode_nt_rows_on_the_l1_set_period(k, n):
     for k a multiple of 256, AVX-512 of 1024): k = 256 (2 leaves), 16384 (128 leaves),
     139264 (L = 136: every leaf ends on a half line) and 138752 (L = 136, a short last
     leaf of 32 k-steps)."""
-    import mojolearn
-
-    r = np.random.default_rng(k + n)
-    x = r.standard_normal((1, k)).astype(F32)
-    bt = r.standard_normal((n, k)).astype(F32)
-    x[0, ::7] = F32(1e-39)
-    x[0, 1::13] = F32(-0.0)
-    bt[:, 3::11] = F32(-1e-40)
-    x[0, 5] = F32(2.0)
-    bt[1, 5] = F32(3e38)       # 6e38: inf in column 1 only
-    bt[2, 0] = np.nan          # column 2 is NaN
-    bt[n - 1] = 0.0            # the last column: signed zeros only
-    exp = oracle(x, bt.T)
-    prev = mojolearn.get_num_threads()
-    try:
-        for t in (1, 2):
-            mojolearn.set_num_threads(t)
-            assert_same_bits(linalg.matmul(x, bt, transpose_b=True), exp, f"k={k} n={n} threads={t}")
-    finally:
-        mojolearn.set_num_threads(prev)
+    x, bt = nt_decode_operands(k, n, seed=k + n)
+    nt_decode_matches_oracle(x, bt)
 
 
 @pytest.mark.parametrize("k,n", [(512, 100), (640, 17), (1024, 16), (1152, 40), (1920, 33),
@@ -179,29 +194,11 @@ def test_decode_nt_leaves_in_lanes(k, n):
     end, reading the next row's first values (NaN at the start of row 2, inf at the start
     of row 4: outputs 1 and 3 must not see them) and the last row copied into a
     zero-padded one; subnormal, signed-zero and huge entries."""
-    import mojolearn
-
-    r = np.random.default_rng(k * 7 + n)
-    x = r.standard_normal((1, k)).astype(F32)
-    bt = r.standard_normal((n, k)).astype(F32)
-    x[0, ::7] = F32(1e-39)
-    x[0, 1::13] = F32(-0.0)
-    bt[:, 3::11] = F32(-1e-40)
-    x[0, 5] = F32(2.0)
-    bt[1, 5] = F32(3e38)       # 6e38: inf in column 1 only
-    bt[2, 0] = np.nan          # column 2 is NaN; row 1's spare lanes read it
+    x, bt = nt_decode_operands(k, n, seed=k * 7 + n)  # NaN at the start of row 2
     bt[4, 0] = np.inf          # column 4 is inf or NaN; row 3's spare lanes read it
-    bt[n - 1] = 0.0            # the last column: signed zeros only
     bt[n - 1, 1::3] = F32(-0.0)
-    exp = oracle(x, bt.T)
+    exp = nt_decode_matches_oracle(x, bt)
     assert np.isfinite(exp[0, 3]) and not np.isnan(exp[0, 1])
-    prev = mojolearn.get_num_threads()
-    try:
-        for t in (1, 2):
-            mojolearn.set_num_threads(t)
-            assert_same_bits(linalg.matmul(x, bt, transpose_b=True), exp, f"k={k} n={n} threads={t}")
-    finally:
-        mojolearn.set_num_threads(prev)
 
 
 def test_blocked_path_column_chunks_large_k():

@@ -15,7 +15,7 @@ import pytest
 import mamba1_train_oracle as MO
 import mamba_oracle as SO
 from every_build import outputs_of_every_build
-from pool_check import pooled_trainer_matches_fresh
+from pool_check import changing_calls, pooled_trainer_matches_fresh
 from mojolearn import training
 from mojolearn._train import kernels as TK
 from mojolearn.models import CausalLM
@@ -385,10 +385,7 @@ def test_T74_reused_step_arrays_change_no_bit(models):
     a = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
     b = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
     b._pool = None  # every array new
-    calls = [("step", batch(V, B=2, L=24, seed=3), 1), ("step", batch(V, B=4, L=64, seed=4), 2),
-             ("gradients", batch(V, B=2, L=17, seed=5), 1), ("loss", batch(V, B=3, L=9, seed=6), 1),
-             ("step", batch(V, B=2, L=24, seed=8), 1)]
-    pooled_trainer_matches_fresh(a, b, calls, batch(V, B=2, L=24, seed=9), same_grads)
+    pooled_trainer_matches_fresh(a, b, changing_calls(batch, V), batch(V, B=2, L=24, seed=9), same_grads)
 
 
 def test_T74_micro_batches_give_the_whole_batchs_bits(models):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::mojolearn.profiles.NumericProfi
 import mamba2_train_oracle as OR
 import mamba_oracle as MO
 from every_build import outputs_of_every_build
-from pool_check import pooled_trainer_matches_fresh
+from pool_check import changing_calls, pooled_trainer_matches_fresh
 
 P, N = 64, 128
 
@@ -431,10 +431,7 @@ def test_T86_trainer_reused_step_arrays_change_no_bit(models):
     a = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
     b = training.Trainer(models["tied"], max_norm=1.0, lr=2e-3)
     b._pool = None  # every array new
-    calls = [("step", _batch(V, B=2, L=24, seed=3), 1), ("step", _batch(V, B=4, L=64, seed=4), 2),
-             ("gradients", _batch(V, B=2, L=17, seed=5), 1), ("loss", _batch(V, B=3, L=9, seed=6), 1),
-             ("step", _batch(V, B=2, L=24, seed=8), 1)]
-    pooled_trainer_matches_fresh(a, b, calls, _batch(V, B=2, L=24, seed=9), _same_grads)
+    pooled_trainer_matches_fresh(a, b, changing_calls(_batch, V), _batch(V, B=2, L=24, seed=9), _same_grads)
 
 
 def test_T86_trainer_save_resume(models, tmp_path):
