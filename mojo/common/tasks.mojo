@@ -16,6 +16,41 @@ def chunk_bounds(n: Int, parts: Int, t: Int, align: Int) -> Tuple[Int, Int]:
     return (min(s * align, n), min(e * align, n))
 
 
+@fieldwise_init
+struct PanelShare(ImplicitlyCopyable, Movable):
+    """One task's share of a column split (panel_share): the whole panels [j_lo, j_hi)
+    over every row, and the leftover columns [j_left, n) over rows [r_lo, r_hi)
+    (an empty row range when the panels divide evenly)."""
+    var j_lo: Int
+    var j_hi: Int
+    var j_left: Int
+    var r_lo: Int
+    var r_hi: Int
+
+
+def _block_edge(x: Int, m: Int, blk: Int) -> Int:
+    """x rounded to the nearest multiple of blk, within [0, m]."""
+    return min(m, (x + blk // 2) // blk * blk)
+
+
+def panel_share(n: Int, m: Int, parts: Int, t: Int, nr: Int, blk: Int) -> PanelShare:
+    """Task t's share of an m x n output split over `parts` tasks by columns, in panels
+    of nr columns, when the panel count is not a multiple of parts: each task takes
+    panels // parts whole panels, and the last panels % parts panels (the leftover, the
+    last one possibly narrower) are split by rows, at multiples of blk nearest to
+    m * t / parts. With 43 panels and 2 tasks, each task computes 21 and a half panels
+    instead of 22 and 21."""
+    var npan = (n + nr - 1) // nr
+    var q = npan // parts
+    var j_left = min(n, q * parts * nr)
+    var r_lo = 0
+    var r_hi = 0
+    if j_left < n:
+        r_lo = 0 if t == 0 else _block_edge(m * t // parts, m, blk)
+        r_hi = m if t == parts - 1 else _block_edge(m * (t + 1) // parts, m, blk)
+    return PanelShare(min(n, t * q * nr), min(n, (t + 1) * q * nr), j_left, r_lo, r_hi)
+
+
 @always_inline
 def nothing():
     """A step that does nothing (the default prepare / finish of run_tasks)."""

@@ -21,7 +21,10 @@ all that differs, which no output can see.
 Workspace: the packed B chunk, the packed A block and the tree slots - packing panels
 only, bounded by the plan's pack_b_bytes. When the columns are split over several tasks
 and all of A fits A_ONCE_BYTES, A is packed once for all of them (pack_a_shared: each
-task a share of the rows, in a first parallel step) and every task reads that copy.
+task a share of the rows, in a first parallel step) and every task reads that copy;
+the panels left over when their count is not a multiple of the tasks' are then split
+by rows at A-block edges (common.tasks.panel_share), each task calling f32_block a
+second time on its rows of them.
 """
 from std.memory.alloc import unsafe_alloc
 from std.sys.intrinsics import prefetch, PrefetchOptions

@@ -17,7 +17,7 @@ from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from common.ptr import F32Ptr
 from common.workspace import ws_take, ws_request
-from common.tasks import chunk_bounds, run_tasks
+from common.tasks import chunk_bounds, run_tasks, panel_share
 from std.collections import Array
 from gemm.cpu.blocking import MR, NR, NV, SMALL_M, W, ROWS_MAX, round_up, cache_plan
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
@@ -360,6 +360,11 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     var a_shared = split_n and not small_m and t_count > 1 and a_once
     var per_task = small_prepared_ws(g, rows, bfmt) if small_m else f32_block_ws(g, rows, cols, f32_panels, a_once,
                                                                                   a_shared)
+    if a_shared:
+        # the panels that do not divide evenly over the tasks are split by rows
+        # (panel_share): each task's second block is at most that many columns wide
+        var ps = panel_share(n, m, t_count, 0, NR, g.plan.mc)
+        per_task = max(per_task, f32_block_ws(g, m, n - ps.j_left, f32_panels, a_once, True))
     if rows_path:
         per_task = rows_prepared_ws(g)
     per_task = round_up(per_task, 16)  # every task's part starts on a 64-byte boundary
@@ -394,6 +399,14 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
             var b = chunk_bounds(g.n, t_count, t, NR)
             if small_m:
                 f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre, bfmt, bscales)
+            elif apre != 0:
+                # whole panels over every row, then this task's rows of the leftover
+                # panels (as gemm_f32's column split: entry.mojo)
+                var ps = panel_share(g.n, g.m, t_count, t, NR, g.plan.mc)
+                f32_block(g, 0, g.m, ps.j_lo, ps.j_hi, w, bpre, a_once, bfmt, bscales, apre)
+                if ps.r_hi > ps.r_lo:
+                    f32_block(g, ps.r_lo, ps.r_hi, ps.j_left, g.n, w, bpre, a_once, bfmt, bscales,
+                              apre + ps.r_lo * g.k * 4)
             else:
                 f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once, bfmt, bscales, apre)
         else:
