@@ -211,29 +211,27 @@ def test_blocked_path_column_chunks_large_k():
     assert_same_bits(got[rows], oracle(a[rows], b), f"blocked {m}x131073x70")
 
 
-@pytest.mark.parametrize("tasks", [2, 3])
-def test_column_split_leftover_panels_split_by_rows(tasks):
+@pytest.mark.parametrize("tasks,panels", [(2, 5), (3, 7), (3, 8), (8, 19)])
+def test_column_split_leftover_panels_split_by_rows(tasks, panels):
     """6.5: a column split whose NR panels do not divide evenly over the tasks (A packed
     once and shared) gives each task its whole panels over every row and a share of the
-    leftover panels' rows, cut at A-block edges (panel_share in mojo/common/tasks.mojo).
-    Panel counts one and tasks - 1 past a multiple of the task count, the last panel
-    narrower; m over several A blocks and not a multiple of MR; NN, NT and TN, and the
-    prepared weight (NT), against the oracle on 1 and `tasks` threads."""
+    leftover panels' rows, cut at A-block edges (panel_share in mojo/common/tasks.mojo):
+    2 tasks and 5 panels, 3 and 7; where the shares would not save an eighth of a panel
+    (3 tasks and 8 panels, 8 and 19, with the reference cache plans) whole panels as
+    before. The last panel narrower, m over several A blocks and not a multiple of MR;
+    NN, NT, TN and the prepared weight (NT) against the oracle on 1 and `tasks` threads."""
     import mojolearn
 
-    nr = BLOCKS["NR"]
+    m, n, k = 2 * MC + MR + 3, panels * BLOCKS["NR"] - 5, 300
+    a, b = normal(m, k), normal(k, n)
+    exp = oracle(a, b)
+    w = linalg.prepare(np.ascontiguousarray(b.T), transpose_b=True)
     old = mojolearn.get_num_threads()
     try:
-        for panels in (2 * tasks + 1, 3 * tasks - 1):
-            m, n, k = 2 * MC + MR + 3, panels * nr - 5, 300
-            a, b = normal(m, k), normal(k, n)
-            exp = oracle(a, b)
-            w = linalg.prepare(np.ascontiguousarray(b.T), transpose_b=True)
-            for t in (1, tasks):
-                mojolearn.set_num_threads(t)
-                check_all_layouts(a, b, f"{t} tasks, {panels} panels", exp=exp)
-                assert_same_bits(linalg.matmul(a, w, transpose_b=True), exp,
-                                 f"prepared, {t} tasks, {panels} panels")
+        for t in (1, tasks):
+            mojolearn.set_num_threads(t)
+            check_all_layouts(a, b, f"{t} tasks, {panels} panels", exp=exp)
+            assert_same_bits(linalg.matmul(a, w, transpose_b=True), exp, f"prepared, {t} tasks, {panels} panels")
     finally:
         mojolearn.set_num_threads(old)
 

@@ -35,20 +35,32 @@ def _block_edge(x: Int, m: Int, blk: Int) -> Int:
 
 def panel_share(n: Int, m: Int, parts: Int, t: Int, nr: Int, blk: Int) -> PanelShare:
     """Task t's share of an m x n output split over `parts` tasks by columns, in panels
-    of nr columns, when the panel count is not a multiple of parts: each task takes
+    of nr columns. When the panel count is not a multiple of parts, each task takes
     panels // parts whole panels, and the last panels % parts panels (the leftover, the
     last one possibly narrower) are split by rows, at multiples of blk nearest to
-    m * t / parts. With 43 panels and 2 tasks, each task computes 21 and a half panels
-    instead of 22 and 21."""
+    m * t / parts: with 43 panels and 2 tasks, each task computes 21 and a half panels
+    instead of 22 and 21. Where the largest task's share of the leftover is not at
+    most 7/8 of a whole panel (few rows in blocks of blk, many tasks; a second call
+    for no gain) it is chunk_bounds' split of whole panels."""
     var npan = (n + nr - 1) // nr
     var q = npan // parts
-    var j_left = min(n, q * parts * nr)
-    var r_lo = 0
-    var r_hi = 0
-    if j_left < n:
-        r_lo = 0 if t == 0 else _block_edge(m * t // parts, m, blk)
-        r_hi = m if t == parts - 1 else _block_edge(m * (t + 1) // parts, m, blk)
-    return PanelShare(min(n, t * q * nr), min(n, (t + 1) * q * nr), j_left, r_lo, r_hi)
+    var r = npan - q * parts
+    var most = 0  # the largest row share of the leftover
+    if r > 0:
+        for u in range(parts):
+            most = max(most, _rows_of(m, parts, u, blk)[1] - _rows_of(m, parts, u, blk)[0])
+    if r == 0 or 8 * r * most > 7 * m:
+        var b = chunk_bounds(n, parts, t, nr)
+        return PanelShare(b[0], b[1], n, 0, 0)
+    var rows = _rows_of(m, parts, t, blk)
+    return PanelShare(t * q * nr, (t + 1) * q * nr, q * parts * nr, rows[0], rows[1])
+
+
+def _rows_of(m: Int, parts: Int, t: Int, blk: Int) -> Tuple[Int, Int]:
+    """Task t's rows of the leftover panels (panel_share)."""
+    var lo = 0 if t == 0 else _block_edge(m * t // parts, m, blk)
+    var hi = m if t == parts - 1 else _block_edge(m * (t + 1) // parts, m, blk)
+    return (lo, max(lo, hi))
 
 
 @always_inline

@@ -85,7 +85,8 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
         # the panels that do not divide evenly over the tasks are split by rows
         # (panel_share): each task's second block is at most that many columns wide
         var ps = panel_share(n, m, t_count, 0, NR, g.plan.mc)
-        per_task = max(per_task, f32_block_ws(g, m, n - ps.j_left, False, False, True, False))
+        if ps.j_left < n:
+            per_task = max(per_task, f32_block_ws(g, m, n - ps.j_left, False, False, True, False))
     var kparts = 1
     var nleaves = g.nleaves()
     var psplit = split_point(nleaves)

@@ -364,7 +364,8 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
         # the panels that do not divide evenly over the tasks are split by rows
         # (panel_share): each task's second block is at most that many columns wide
         var ps = panel_share(n, m, t_count, 0, NR, g.plan.mc)
-        per_task = max(per_task, f32_block_ws(g, m, n - ps.j_left, f32_panels, a_once, True))
+        if ps.j_left < n:
+            per_task = max(per_task, f32_block_ws(g, m, n - ps.j_left, f32_panels, a_once, True))
     if rows_path:
         per_task = rows_prepared_ws(g)
     per_task = round_up(per_task, 16)  # every task's part starts on a 64-byte boundary
