@@ -38,8 +38,8 @@ def panel_share(n: Int, m: Int, parts: Int, t: Int, nr: Int, blk: Int) -> PanelS
     of nr columns. When the panel count is not a multiple of parts, each task takes
     panels // parts whole panels, and the last panels % parts panels (the leftover, the
     last one possibly narrower) are split by rows, at multiples of blk nearest to
-    m * t / parts: with 43 panels and 2 tasks, each task computes 21 and a half panels
-    instead of 22 and 21. Where the largest task's share of the leftover is not at
+    m * t / parts: with 43 panels, 1024 rows in blocks of 224 and 2 tasks, the tasks
+    compute 21 panels and 448 or 576 rows of the 43rd, instead of 22 and 21 panels. Where the largest task's share of the leftover is not at
     most 7/8 of a whole panel (few rows in blocks of blk, many tasks; a second call
     for no gain) it is chunk_bounds' split of whole panels."""
     var npan = (n + nr - 1) // nr
@@ -48,7 +48,8 @@ def panel_share(n: Int, m: Int, parts: Int, t: Int, nr: Int, blk: Int) -> PanelS
     var most = 0  # the largest row share of the leftover
     if r > 0:
         for u in range(parts):
-            most = max(most, _rows_of(m, parts, u, blk)[1] - _rows_of(m, parts, u, blk)[0])
+            var ru = _rows_of(m, parts, u, blk)
+            most = max(most, ru[1] - ru[0])
     if r == 0 or 8 * r * most > 7 * m:
         var b = chunk_bounds(n, parts, t, nr)
         return PanelShare(b[0], b[1], n, 0, 0)
