@@ -4,7 +4,7 @@ kernels through common.tasks.run_tasks (GIL, floating-point state, worker pool).
 from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from common.ptr import F32Ptr
-from common.tasks import chunk_bounds, run_tasks, nothing, panel_share
+from common.tasks import chunk_bounds, run_tasks, nothing
 from gemm.cpu.blocking import MR, NR, SMALL_M, round_up, cache_plan
 from arith.tree import tree_add
 from gemm.cpu.rows_f32 import f32_rows, rows_ws, ROWS_MAX, split_point
@@ -20,7 +20,8 @@ from std.memory.alloc import unsafe_alloc
 from gemm.cpu.peak import fma_rounds
 from std.memory import bitcast
 from gemm.cpu.fp32_v1 import (GemmArgs, mode_leaf, f32_block, f32_block_small_m, f32_block_ws, f32_small_ws,
-                              f32_block_kouter, kouter_fits, a_once_fits, a_shared_ws, pack_a_shared)
+                              f32_block_kouter, kouter_fits, a_once_fits, a_shared_ws, pack_a_shared,
+                              f32_block_shared_a, leftover_ws)
 
 
 def _arg(args: PythonObject, i: Int) raises -> Int:
@@ -82,11 +83,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
     var per_task = f32_small_ws(g, rows, cols) if small_m else f32_block_ws(g, rows, cols, False, False,
                                                                              a_shared, kouter)
     if a_shared:
-        # the panels that do not divide evenly over the tasks are split by rows
-        # (panel_share): each task's second block is at most that many columns wide
-        var ps = panel_share(n, m, t_count, 0, NR, g.plan.mc)
-        if ps.j_left < n:
-            per_task = max(per_task, f32_block_ws(g, m, n - ps.j_left, False, False, True, False))
+        per_task = max(per_task, leftover_ws(g, t_count))
     var kparts = 1
     var nleaves = g.nleaves()
     var psplit = split_point(nleaves)
@@ -141,13 +138,7 @@ def gemm_f32(args: PythonObject) raises -> PythonObject:
             if small_m:
                 f32_block_small_m(g, 0, g.m, b[0], b[1], w)
             elif apre != 0:
-                # whole panels over every row, then this task's rows of the leftover
-                # panels (A shared: its rows from r_lo lie r_lo * k floats on, r_lo a
-                # multiple of the plan's mc, as pack_a_shared lays the blocks out)
-                var ps = panel_share(g.n, g.m, t_count, t, NR, g.plan.mc)
-                f32_block(g, 0, g.m, ps.j_lo, ps.j_hi, w, 0, True, apre=apre)
-                if ps.r_hi > ps.r_lo:
-                    f32_block(g, ps.r_lo, ps.r_hi, ps.j_left, g.n, w, 0, True, apre=apre + ps.r_lo * g.k * 4)
+                f32_block_shared_a(g, t, t_count, w, apre)
             elif kouter:
                 f32_block_kouter(g, 0, g.m, b[0], b[1], w)
             else:

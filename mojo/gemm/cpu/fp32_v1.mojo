@@ -23,12 +23,13 @@ only, bounded by the plan's pack_b_bytes. When the columns are split over severa
 and all of A fits A_ONCE_BYTES, A is packed once for all of them (pack_a_shared: each
 task a share of the rows, in a first parallel step) and every task reads that copy;
 the panels left over when their count is not a multiple of the tasks' are then split
-by rows at A-block edges (common.tasks.panel_share), each task calling f32_block a
-second time on its rows of them.
+by rows at A-block edges (f32_block_shared_a, common.tasks.panel_share), each task
+calling f32_block a second time on its rows of them.
 """
 from std.memory.alloc import unsafe_alloc
 from std.sys.intrinsics import prefetch, PrefetchOptions
 from common.ptr import F32Ptr
+from common.tasks import panel_share
 from gemm.cpu.blocking import MR, NR, NV, W, FAST_KC, KOUTER_SLOT_BYTES, CachePlan, round_up
 from arith.tree import leaf_size, leaf_count, bit_length
 from gemm.cpu.pack_f32 import pack_a, pack_b, pack_b_rows, panel_stride
@@ -172,6 +173,31 @@ def pack_a_shared(g: GemmArgs, r_lo: Int, r_hi: Int, dst: F32Ptr):
         if hi > lo:
             _pack_a_panels(g, lda, lo, hi - lo, dst.unsafe_offset(ib * k), round_up(mcb, MR), (lo - ib) // MR)
         ib += MC
+
+
+def leftover_ws(g: GemmArgs, tasks: Int, prepared: Bool = False) -> Int:
+    """Workspace floats of f32_block_shared_a's second block, the leftover panels (over
+    all m rows at most; 0 when the panels divide evenly): a task's part is the larger of
+    this and its whole panels' block. prepared as f32_block_ws's (B's float32 panels
+    read where they lie)."""
+    var ps = panel_share(g.n, g.m, tasks, 0, NR, g.plan.mc)
+    if ps.j_left >= g.n:
+        return 0
+    return f32_block_ws(g, g.m, g.n - ps.j_left, prepared, True, True)
+
+
+def f32_block_shared_a(g: GemmArgs, t: Int, tasks: Int, ws: F32Ptr, apre: Int, bpre: Int = 0,
+                       bfmt: Int = PANELS_F32, bscales: Int = 0):
+    """Task t of a column split over `tasks` tasks that read one packed A at apre
+    (pack_a_shared): f32_block over its whole panels and every row, then over its rows
+    of the leftover panels (common.tasks.panel_share), whose A lies r_lo * k floats on
+    (r_lo a multiple of the plan's mc, as pack_a_shared lays the blocks out). bpre,
+    bfmt, bscales as f32_block's."""
+    var ps = panel_share(g.n, g.m, tasks, t, NR, g.plan.mc)
+    f32_block(g, 0, g.m, ps.j_lo, ps.j_hi, ws, bpre, True, bfmt, bscales, apre)
+    if ps.r_hi > ps.r_lo:
+        f32_block(g, ps.r_lo, ps.r_hi, ps.j_left, g.n, ws, bpre, True, bfmt, bscales,
+                  apre + ps.r_lo * g.k * 4)
 
 
 def _pack_a_panels(g: GemmArgs, lda: Int, i0: Int, rows: Int, blk: F32Ptr, mc_pad: Int, ip0: Int):

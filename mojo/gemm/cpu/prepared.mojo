@@ -17,14 +17,15 @@ from std.python import PythonObject
 from std.python.bindings import PythonModuleBuilder
 from common.ptr import F32Ptr
 from common.workspace import ws_take, ws_request
-from common.tasks import chunk_bounds, run_tasks, panel_share
+from common.tasks import chunk_bounds, run_tasks
 from std.collections import Array
 from gemm.cpu.blocking import MR, NR, NV, SMALL_M, W, ROWS_MAX, round_up, cache_plan
 from gemm.cpu.pack_f32 import pack_a, pack_b_all
 from gemm.cpu.pack_lowbit import (PANELS_F32, PANELS_BF16, PANELS_I8, elem_bytes, load_w, widen_panels,
                                   pack_bf16_panels, pack_i8_panels)
 from common.ptr import I8Ptr, U16Ptr
-from gemm.cpu.fp32_v1 import GemmArgs, mode_leaf, f32_block, f32_block_ws, a_once_fits, a_shared_ws, pack_a_shared
+from gemm.cpu.fp32_v1 import (GemmArgs, mode_leaf, f32_block, f32_block_ws, a_once_fits, a_shared_ws, pack_a_shared,
+                              f32_block_shared_a, leftover_ws)
 from gemm.cpu.ukernel_f32 import Acc, ukernel_leaf, ukernel_leaf_reversed, ukernel_rows
 from gemm.cpu.tree import finish_tile
 from arith.tree import leaf_size, leaf_count, bit_length, trailing_ones, tree_add, chain_step_daz
@@ -361,11 +362,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
     var per_task = small_prepared_ws(g, rows, bfmt) if small_m else f32_block_ws(g, rows, cols, f32_panels, a_once,
                                                                                   a_shared)
     if a_shared:
-        # the panels that do not divide evenly over the tasks are split by rows
-        # (panel_share): each task's second block is at most that many columns wide
-        var ps = panel_share(n, m, t_count, 0, NR, g.plan.mc)
-        if ps.j_left < n:
-            per_task = max(per_task, f32_block_ws(g, m, n - ps.j_left, f32_panels, a_once, True))
+        per_task = max(per_task, leftover_ws(g, t_count, f32_panels))
     if rows_path:
         per_task = rows_prepared_ws(g)
     per_task = round_up(per_task, 16)  # every task's part starts on a 64-byte boundary
@@ -401,13 +398,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
             if small_m:
                 f32_small_prepared(g, 0, g.m, b[0], b[1], w, bpre, bfmt, bscales)
             elif apre != 0:
-                # whole panels over every row, then this task's rows of the leftover
-                # panels (as gemm_f32's column split: entry.mojo)
-                var ps = panel_share(g.n, g.m, t_count, t, NR, g.plan.mc)
-                f32_block(g, 0, g.m, ps.j_lo, ps.j_hi, w, bpre, a_once, bfmt, bscales, apre)
-                if ps.r_hi > ps.r_lo:
-                    f32_block(g, ps.r_lo, ps.r_hi, ps.j_left, g.n, w, bpre, a_once, bfmt, bscales,
-                              apre + ps.r_lo * g.k * 4)
+                f32_block_shared_a(g, t, t_count, w, apre, bpre, bfmt, bscales)
             else:
                 f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once, bfmt, bscales, apre)
         else:
