@@ -29,7 +29,7 @@ ORDER = [
     "mojolearn._core.api",
     # data in and out
     "mojolearn._data", "mojolearn._data.buf", "mojolearn._data.dlpack", "mojolearn._data.array",
-    "mojolearn._data.buffers", "mojolearn._data.validate",
+    "mojolearn._data.buffers", "mojolearn._data.validate", "mojolearn._data.recycle",
     # the profile table, modes and checkpoint rules
     "mojolearn._table", "mojolearn._table.table", "mojolearn._table.measured",
     "mojolearn._table.modes", "mojolearn._table.profiles", "mojolearn._table.checkpoint_rules",

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from ..._data.recycle import Recycler
 from ..._table import modes as _modes
 from ..._table import profiles as _profiles
 from .._exec import kernels as K
@@ -187,6 +188,7 @@ class MambaLM(CausalLM):
         self.weight_format = check_weight_format(weight_format)
         self.device, backend = _resolve_device(device, "CausalLM", _device_backend)
         self._gpu = None
+        self._logits = Recycler()  # large logits arrays, handed out again once let go
         self.config = cfg = config
         if max_positions is None:
             max_positions = MAX_TOKENS
@@ -319,7 +321,7 @@ class MambaLM(CausalLM):
             x = np.ascontiguousarray(x.reshape(B, L, d)[:, -1, :])
             L = 1
         h = K.rmsnorm(x, self.norm, self.eps_bits, np.empty_like(x))  # S-11: M-4
-        return self.head(h).reshape(B, L, vocab)
+        return self.head(h, out=self._logits.empty((B * L, vocab))).reshape(B, L, vocab)
 
     # ------------------------------------------------------------------ saved states
     def save_state(self, path, state):

@@ -137,10 +137,12 @@ class Proj:
             return sum(a.nbytes for a in self.w)
         return self.w.nbytes
 
-    def __call__(self, x, xq=None):
-        """x (rows, k) float32 -> (rows, n); xq: x's int15 codes when already made."""
+    def __call__(self, x, xq=None, out=None):
+        """x (rows, k) float32 -> (rows, n); xq: x's int15 codes when already made; out: a
+        C-contiguous float32 (rows, n) to write, or None for a new one."""
         rows = x.shape[0]
-        out = np.empty((rows, self.n), dtype=np.float32)
+        if out is None:
+            out = np.empty((rows, self.n), dtype=np.float32)
         if self.fixed15:
             if xq is None:
                 xq = K.quantize15(x, rows, self.k)

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from ..._data.recycle import Recycler
 from ..._table import modes as _modes
 from ..._table import profiles as _profiles
 from .._exec import kernels as K
@@ -98,6 +99,7 @@ class CausalLM:
                                     f"{np.asarray(w).dtype}; weights are float32 after loading")
         self._key = f"{cfg.fingerprint()}:{self.numeric_profile}:{self.weight_format}"
         self._gpu = None
+        self._logits = Recycler()  # large logits arrays, handed out again once let go
         if backend is not None:
             from .._gpu import program as _gpu
 
@@ -186,6 +188,16 @@ class CausalLM:
     def nbytes(self):
         """Bytes held by the weights (embedding, head, norms, blocks): sum of held()."""
         return sum(self.held().values())
+
+    def kept_bytes(self) -> int:
+        """Bytes of the logits arrays the model keeps to write later logits into (see
+        forward); not in nbytes()."""
+        return self._logits.kept_bytes()
+
+    def release_buffers(self):
+        """Let go of the logits arrays the model keeps (see forward); those still in use
+        stay with their users."""
+        self._logits.clear()
 
     def held(self) -> dict:
         """Bytes held by format: "float32" (the embedding the gather reads, a float32
@@ -335,7 +347,7 @@ class CausalLM:
             x = np.ascontiguousarray(x.reshape(B, L, d)[:, -1, :])
             L = 1
         h = K.rmsnorm(x, self.norm, self.eps_bits, np.empty_like(x))
-        return self.head(h).reshape(B, L, vocab)
+        return self.head(h, out=self._logits.empty((B * L, vocab))).reshape(B, L, vocab)
 
     def _advance(self, state, L):
         state.length += L
@@ -357,7 +369,12 @@ class CausalLM:
         tokens continue the cached ones (their positions follow) and are cached.
         ids: ints (a list, a list of rows, or an integer array; 1-D is one sequence).
         output: "host" (a numpy array) or, on the GPU, "device": a DeviceTensor left in
-        device memory (a DLPack producer: torch.from_dlpack / cupy.from_dlpack, no copy)."""
+        device memory (a DLPack producer: torch.from_dlpack / cupy.from_dlpack, no copy).
+        Logits of 32 MiB or more are written into memory the model keeps: the last two
+        such arrays it returned, once nothing refers to one of them any more (no
+        variable, view or wrapper of it), else new memory (mojolearn._data.recycle:
+        fresh pages cost every call system time, on some virtual machines hundreds of
+        ms). kept_bytes() says how much it keeps, release_buffers() lets it go."""
         output = self._output(output, "CausalLM.forward")
         return self._run(self._ids(ids, "CausalLM.forward: ids"), state, False,
                          "CausalLM.forward", output)

@@ -1,0 +1,99 @@
+"""The recycler of large output arrays (mojolearn._data.recycle): an array is handed out
+again only once nothing outside the recycler refers to it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mojolearn._data.recycle import Recycler
+
+SHAPE = (64, 1000)  # 256000 bytes of float32
+
+
+def addr(a):
+    return a.__array_interface__["data"][0]
+
+
+def test_reused_once_let_go():
+    r = Recycler(keep=2, min_bytes=1)
+    a = r.empty(SHAPE)
+    assert a.shape == SHAPE and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    where = addr(a)
+    del a
+    b = r.empty(SHAPE)
+    assert addr(b) == where
+    assert r.kept_bytes() == 4 * SHAPE[0] * SHAPE[1]
+
+
+def _holders():
+    """Ways a caller keeps an array's memory alive without the array's own name."""
+    out = {
+        "the array": lambda a: a,
+        "a row view": lambda a: a[3],
+        "a reshaped view": lambda a: a.reshape(-1),
+        "a dtype view": lambda a: a.view(np.int32),
+        "a memoryview": lambda a: memoryview(a),
+        "np.asarray": lambda a: np.asarray(a),
+    }
+    try:
+        import torch
+
+        out["torch.from_numpy"] = lambda a: torch.from_numpy(a)
+    except ImportError:
+        pass
+    return out
+
+
+@pytest.mark.parametrize("how", list(_holders()))
+def test_held_memory_is_never_handed_out(how):
+    r = Recycler(keep=2, min_bytes=1)
+    a = r.empty(SHAPE)
+    a[...] = 7.0
+    held = _holders()[how](a)
+    where = addr(a)
+    del a
+    for _ in range(4):  # every kept slot asked for again
+        b = r.empty(SHAPE)
+        assert addr(b) != where, f"memory held through {how} was handed out again"
+        b[...] = -1.0
+    # and what the holder sees is still what was written (7.0 is 0x40E00000)
+    assert np.all(np.asarray(held).view(np.uint32) == 0x40E00000)
+
+
+def test_keep_bounds_what_is_kept_and_clear_lets_go():
+    r = Recycler(keep=2, min_bytes=1)
+    arrays = [r.empty(SHAPE) for _ in range(5)]  # all held: five different arrays
+    assert len({addr(a) for a in arrays}) == 5
+    assert r.kept_bytes() == 2 * arrays[0].nbytes
+    del arrays
+    r.clear()
+    assert r.kept_bytes() == 0
+
+
+def test_small_requests_and_other_sizes_get_new_memory():
+    r = Recycler(keep=2, min_bytes=1 << 20)
+    a = r.empty(SHAPE)  # under min_bytes: a plain np.empty, not kept
+    assert r.kept_bytes() == 0
+    del a
+    r2 = Recycler(keep=2, min_bytes=1)
+    a = r2.empty(SHAPE)
+    where = addr(a)
+    del a
+    b = r2.empty((SHAPE[0], SHAPE[1] - 1))  # another byte size: never the kept one
+    assert addr(b) != where
+    c = r2.empty((SHAPE[1], SHAPE[0]))  # the same byte size, another shape: reused
+    assert addr(c) == where and c.shape == (SHAPE[1], SHAPE[0])
+
+
+def test_keep_zero_keeps_nothing():
+    r = Recycler(keep=0, min_bytes=1)
+    a = r.empty(SHAPE)
+    del a
+    assert r.kept_bytes() == 0
+
+
+def test_bad_arguments_refused():
+    with pytest.raises(ValueError, match="mojolearn: Recycler"):
+        Recycler(keep=-1)
+    with pytest.raises(ValueError, match="mojolearn: Recycler"):
+        Recycler(min_bytes=0)
