@@ -40,6 +40,20 @@ def test_breakdown_sees_every_product_and_kernel(tmp_path):
     assert "products by shape" in P.report("t", b)
 
 
+def test_breakdown_counts_system_time_and_page_faults():
+    """The operating system's share of a call: new memory first written faults its pages
+    in (here 64 MiB written once: at least one fault a 2 MiB huge page), memory written
+    again does not."""
+    import resource  # noqa: F401  (the platforms mojolearn runs on have it)
+
+    fresh = P.breakdown(lambda: np.ones(16 << 20, dtype=np.float32))
+    assert fresh["page_faults"] >= 32 and fresh["system_s"] >= 0
+    assert "page faults (new memory first written)" in P.report("t", fresh)
+    kept = np.ones(16 << 20, dtype=np.float32)  # written: its pages are in
+    again = P.breakdown(lambda: kept.fill(1.0))
+    assert again["page_faults"] < fresh["page_faults"] // 4
+
+
 def test_median_breakdown_warms_then_reports_the_median_run():
     """One untimed call first (a first call of a shape pays for growing workspaces), then
     reps timed runs; the breakdown is the median run's, whole (its categories sum to its

@@ -128,13 +128,30 @@ def timed_kernels():
             setattr(K, name, fn)
 
 
+def _usage():
+    """(system CPU seconds, page faults) of this process so far; None where the
+    platform has no getrusage."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_stime, r.ru_minflt + r.ru_majflt
+
+
 def breakdown(call) -> dict:
     """Run ``call()`` once under the timers: {"wall_s", "categories": {cat: s},
-    "kernels": {name: (s, calls)}, "products": [(name, m, n, k, s, calls, gflops)]}."""
+    "kernels": {name: (s, calls)}, "products": [(name, m, n, k, s, calls, gflops)],
+    "system_s", "page_faults"}: the last two over the whole call, every thread (the
+    operating system's time, mostly clearing and mapping the pages of new memory as
+    it is first written: part of the categories' times, not beside them); None where
+    the platform does not say."""
     with timed_kernels() as rec:
+        u0 = _usage()
         t0 = time.perf_counter()
         call()
         wall = time.perf_counter() - t0
+        u1 = _usage()
     cats = {}
     for name, (s, _) in rec["by_name"].items():
         cats[_category(name)] = cats.get(_category(name), 0.0) + s
@@ -145,7 +162,9 @@ def breakdown(call) -> dict:
         prods.append((name, m, n, k, s, c, fl / s / 1e9 if s > 0 else 0.0))
     prods.sort(key=lambda r: -r[4])
     return {"wall_s": wall, "categories": cats,
-            "kernels": {k: tuple(v) for k, v in rec["by_name"].items()}, "products": prods}
+            "kernels": {k: tuple(v) for k, v in rec["by_name"].items()}, "products": prods,
+            "system_s": None if u0 is None else u1[0] - u0[0],
+            "page_faults": None if u0 is None else u1[1] - u0[1]}
 
 
 def median_breakdown(call, reps: int = 3) -> dict:
@@ -178,6 +197,9 @@ def report(title: str, b: dict, top: int = 8, peak_gflops=None) -> str:
     lines = [head]
     for cat, s in sorted(b["categories"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  {cat:<22} {s * 1e3:9.1f} ms  {100 * s / b['wall_s']:5.1f}%")
+    if b.get("system_s") is not None:
+        lines.append(f"  within them: {b['system_s'] * 1e3:.1f} ms of system CPU time, all threads, "
+                     f"and {b['page_faults']} page faults (new memory first written)")
     if b["products"]:
         head = "  products by shape (m x n x k): ms, calls, GFLOP/s"
         lines.append(head + (", % of the FMA peak" if peak_gflops else ""))
