@@ -140,6 +140,8 @@ def run_models(B, threads, quick, torch):
                            peak_gflops=B.peak))
         row["breakdown"] = {"wall_ms": bd["wall_s"] * 1e3,
                             "categories_ms": {k: v * 1e3 for k, v in bd["categories"].items()},
+                            "system_ms": None if bd["system_s"] is None else bd["system_s"] * 1e3,
+                            "page_faults": bd["page_faults"],
                             "products": [{"kernel": nm, "m": m, "n": n_, "k": k, "ms": t * 1e3,
                                           "calls": c, "gflops": g,
                                           "pct_fma_peak": 100 * g / B.peak if B.peak else None}
