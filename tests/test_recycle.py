@@ -85,6 +85,18 @@ def test_small_requests_and_other_sizes_get_new_memory():
     assert addr(c) == where and c.shape == (SHAPE[1], SHAPE[0])
 
 
+def test_a_copy_or_pickle_keeps_nothing():
+    import copy
+    import pickle
+
+    r = Recycler(keep=3, min_bytes=1)
+    a = r.empty(SHAPE)
+    for twin in (copy.deepcopy(r), pickle.loads(pickle.dumps(r))):
+        assert (twin.keep, twin.min_bytes, twin.kept_bytes()) == (3, 1, 0)
+        assert addr(twin.empty(SHAPE)) != addr(a)
+    assert r.kept_bytes() == a.nbytes
+
+
 def test_keep_zero_keeps_nothing():
     r = Recycler(keep=0, min_bytes=1)
     a = r.empty(SHAPE)

@@ -13,8 +13,8 @@ A ``Recycler`` keeps the last ``keep`` arrays it handed out (each at least
 ``min_bytes``) and hands one out again, for a request of the same byte size, when
 nothing outside it refers to that array any more: no caller variable, no view of it,
 no object that wraps its memory (a view, ``torch.from_numpy`` and ``memoryview``
-each hold a reference to the array that owns the memory). Whatever is handed out is
-written whole by its caller before it is returned, as a fresh ``np.empty`` would be.
+each hold a reference to the array that owns the memory). Like a fresh ``np.empty``,
+what it hands out holds whatever was there: the caller writes all of it.
 The kept arrays belong to the object that owns the recycler (a model): they go when
 it goes, or at ``clear()``. The reference check reads CPython's reference counts;
 elsewhere nothing is reused."""
@@ -26,7 +26,6 @@ import threading
 import numpy as np
 
 __all__ = ["Recycler"]
-
 
 
 def _refs(kept: list, i: int) -> int:
@@ -49,6 +48,10 @@ _FREE = _free_count()
 
 
 class Recycler:
+    """Hands out arrays as np.empty does, reusing one of the last ``keep`` it handed
+    out (each at least ``min_bytes``) that nothing else refers to any more. A copy or
+    a pickle keeps nothing (its owner's arrays stay with the owner)."""
+
     def __init__(self, keep: int = 2, min_bytes: int = 32 << 20):
         if keep < 0 or min_bytes < 1:
             raise ValueError(f"mojolearn: Recycler: keep must be >= 0 and min_bytes >= 1 "
@@ -85,5 +88,12 @@ class Recycler:
             self._kept.clear()
 
     def kept_bytes(self) -> int:
+        """Bytes of the arrays kept (free or in use)."""
         with self._lock:
             return sum(a.nbytes for a in self._kept)
+
+    def __getstate__(self):
+        return {"keep": self.keep, "min_bytes": self.min_bytes}
+
+    def __setstate__(self, st):
+        self.__init__(st["keep"], st["min_bytes"])
