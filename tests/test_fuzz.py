@@ -81,6 +81,7 @@ def test_every_public_model_entry_is_in_the_table():
         "CausalLM.generate_text": "models.generate_text",
         "CausalLM.nbytes": None,  # no argument
         "CausalLM.held": None,  # no argument
+        "CausalLM.kept_bytes": None, "CausalLM.release_buffers": None,  # no argument
         "CausalLM": "models.CausalLM/ModelConfig", "ModelConfig": "models.CausalLM/ModelConfig",
         "ModelConfig.from_dict": "models.CausalLM/ModelConfig",
         "ModelConfig.from_file": "models.CausalLM/ModelConfig",

@@ -186,44 +186,6 @@ def test_generation_greedy_and_state_roundtrip(tiny, tmp_path):
     assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
-def test_kept_logits_memory_never_overwrites_held_logits(tiny, profile):
-    """Large logits are written into memory the model keeps (mojolearn._data.recycle),
-    only into an array nothing refers to: logits a caller holds, or holds a view of,
-    keep their bits through later forwards; logits let go are written again in place,
-    with the bits of a fresh forward. The threshold is lowered so the tiny model's
-    logits count as large."""
-    from mojolearn._data.recycle import Recycler
-
-    path, cfg, _ = tiny
-    lm = CausalLM.load(path, numeric_profile=profile)
-    lm._logits = Recycler(min_bytes=1)
-    at = lambda a: a.__array_interface__["data"][0]  # noqa: E731
-    ids, other = ids_for(cfg, 2, 7, seed=5), ids_for(cfg, 2, 7, seed=6)
-    fresh = CausalLM.load(path, numeric_profile=profile)
-    ref, ref_other = fresh.forward(ids), fresh.forward(other)
-    first = lm.forward(ids)
-    a = at(first)
-    last_row = first[:, -1]  # a view: the whole array stays held
-    del first
-    second = lm.forward(other)
-    b = at(second)
-    assert b != a
-    del second  # let go: written again by the next call
-    third = lm.forward(other)
-    assert at(third) == b
-    assert_same_bits(third, ref_other)
-    assert_same_bits(last_row, ref[:, -1])  # held through the view: untouched
-    assert lm.kept_bytes() == 2 * ref.nbytes
-    del last_row  # the first array let go: its memory takes the next logits
-    fourth = lm.forward(other)
-    assert at(fourth) == a
-    assert_same_bits(fourth, ref_other)
-    assert_same_bits(third, ref_other)
-    lm.release_buffers()
-    assert lm.kept_bytes() == 0
-
-
 def test_state_profile_rules(tiny, tmp_path):
     """M-18 M-19: a state carries its profile; another profile's reader refuses it."""
     path, cfg, _ = tiny

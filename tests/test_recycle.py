@@ -109,3 +109,74 @@ def test_bad_arguments_refused():
         Recycler(keep=-1)
     with pytest.raises(ValueError, match="mojolearn: Recycler"):
         Recycler(min_bytes=0)
+
+
+# ------------------------------------------------------------------ in the models
+@pytest.mark.parametrize("profile", ["fp32_v1", "fixed15_v1"])
+def test_causal_lm_never_writes_logits_a_caller_holds(tmp_path, profile):
+    """CausalLM's large logits go into kept memory: logits a caller holds, or holds a
+    view of, keep their bits through later forwards; logits let go are written again
+    in place, with the bits of a fresh model's forward. The threshold is lowered so the
+    tiny model's logits count as large."""
+    from bits import assert_same_bits
+    from test_models import TINY, ids_for, tiny_weights, write_model
+
+    from mojolearn.models import CausalLM
+
+    cfg = dict(TINY)
+    path = write_model(tmp_path / "m", cfg, tiny_weights(cfg))
+    lm = CausalLM.load(path, numeric_profile=profile)
+    lm._logits = Recycler(min_bytes=1)
+    ids, other = ids_for(cfg, 2, 7, seed=5), ids_for(cfg, 2, 7, seed=6)
+    fresh = CausalLM.load(path, numeric_profile=profile)
+    ref, ref_other = fresh.forward(ids), fresh.forward(other)
+    first = lm.forward(ids)
+    a = addr(first)
+    last_row = first[:, -1]  # a view: the whole array stays held
+    del first
+    second = lm.forward(other)
+    b = addr(second)
+    assert b != a
+    del second  # let go: written again by the next call
+    third = lm.forward(other)
+    assert addr(third) == b
+    assert_same_bits(third, ref_other)
+    assert_same_bits(last_row, ref[:, -1])  # held through the view: untouched
+    assert lm.kept_bytes() == 2 * ref.nbytes
+    del last_row  # the first array let go: its memory takes the next logits
+    fourth = lm.forward(other)
+    assert addr(fourth) == a
+    assert_same_bits(fourth, ref_other)
+    assert_same_bits(third, ref_other)
+    lm.release_buffers()
+    assert lm.kept_bytes() == 0
+
+
+@pytest.mark.parametrize("fam", ["m1", "m2"])
+def test_mamba_never_writes_logits_a_caller_holds(tmp_path, fam):
+    """A Mamba model's large logits go into kept memory as CausalLM's do: never into
+    logits a caller holds, and let-go logits are written again in place with the
+    oracle's bits (threshold lowered for the tiny model)."""
+    import mamba_oracle as SO
+    from bits import assert_same_bits
+    from test_models_mamba import M1, M2, _write
+
+    from mojolearn.models import CausalLM
+
+    cfg = {"m1": M1, "m2": M2}[fam]
+    path, w = _write(tmp_path, cfg, 70)
+    lm = CausalLM.load(path)
+    lm._logits = Recycler(min_bytes=1)
+    rng = np.random.default_rng(21)
+    ids, other = (rng.integers(0, cfg["vocab_size"], size=(2, 5)) for _ in range(2))
+    want, _ = SO.forward(w, cfg, ids)
+    want_other, _ = SO.forward(w, cfg, other)
+    held = lm.forward(ids)
+    let_go = lm.forward(other)
+    b = addr(let_go)
+    assert b != addr(held)
+    del let_go
+    again = lm.forward(other)
+    assert addr(again) == b
+    assert_same_bits(np.asarray(again), np.asarray(want_other))
+    assert_same_bits(np.asarray(held), np.asarray(want))
