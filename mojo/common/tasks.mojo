@@ -39,9 +39,10 @@ def panel_share(n: Int, m: Int, parts: Int, t: Int, nr: Int, blk: Int) -> PanelS
     panels // parts whole panels, and the last panels % parts panels (the leftover, the
     last one possibly narrower) are split by rows, at multiples of blk nearest to
     m * t / parts: with 43 panels, 1024 rows in blocks of 224 and 2 tasks, the tasks
-    compute 21 panels and 448 or 576 rows of the 43rd, instead of 22 and 21 panels. Where the largest task's share of the leftover is not at
-    most 7/8 of a whole panel (few rows in blocks of blk, many tasks; a second call
-    for no gain) it is chunk_bounds' split of whole panels."""
+    compute 21 panels and 448 or 576 rows of the 43rd, instead of 22 and 21 panels.
+    Where the largest task's share of the leftover is not at most 7/8 of a whole panel
+    (few rows in blocks of blk, many tasks; a second call for no gain) it is
+    chunk_bounds' split of whole panels."""
     var npan = (n + nr - 1) // nr
     var q = npan // parts
     var r = npan - q * parts

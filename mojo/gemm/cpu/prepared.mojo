@@ -400,7 +400,7 @@ def gemm_f32_packed(args: PythonObject) raises -> PythonObject:
             elif apre != 0:
                 f32_block_shared_a(g, t, t_count, w, apre, bpre, bfmt, bscales)
             else:
-                f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once, bfmt, bscales, apre)
+                f32_block(g, 0, g.m, b[0], b[1], w, bpre, a_once, bfmt, bscales)
         else:
             var b = chunk_bounds(g.m, t_count, t, MR)
             f32_block(g, b[0], b[1], 0, g.n, w, bpre, a_once, bfmt, bscales)
